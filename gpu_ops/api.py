@@ -1,0 +1,31 @@
+"""The public entry point, :func:`rms_norm`."""
+
+import jax.numpy as jnp
+
+# Importing these registers the FFI targets, lowerings, vmap rules and
+# partitioning rules of the primitives.
+from gpu_ops import batching, lowering, sharding  # noqa: F401
+from gpu_ops.autodiff import rms_norm_vjp
+from gpu_ops.validation import check_rms_norm_args
+
+
+def rms_norm(x, weight, eps=1e-5):
+    """RMS-normalise ``x`` over its trailing ``weight.ndim`` axes and scale by ``weight``.
+
+    ``y = x / sqrt(mean(x**2 over those axes) + eps) * weight``
+
+    Args:
+      x: array of float16, bfloat16, float32 or float64.
+      weight: array of one of those dtypes (it may differ from x's) whose shape
+        equals the trailing shape of ``x``.
+      eps: finite number >= 0 added to the mean square.
+
+    Returns:
+      An array of ``x``'s shape and ``weight``'s dtype. Works under ``jit``,
+      ``grad``, ``vmap`` and with sharded inputs; the CUDA kernels run on
+      NVIDIA GPUs and a C++ implementation on CPUs.
+    """
+    x = jnp.asarray(x)
+    weight = jnp.asarray(weight)
+    eps = check_rms_norm_args(x, weight, eps)
+    return rms_norm_vjp(x, weight, eps)

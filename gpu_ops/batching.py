@@ -1,0 +1,46 @@
+"""vmap rules for the RMS norm primitives.
+
+A batch axis of x is just one more leading (row) axis, so the forward moves it
+to the front and runs once. Two cases cannot be folded into rows:
+
+- a batched weight: each example has its own weight, so the op runs once per
+  example (``lax.map``);
+- the backward: the weight gradient must stay per example, while folding the
+  batch into rows would sum it over the batch. It also runs once per example.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax.interpreters import batching
+
+from gpu_ops.primitives import rms_norm_bwd_p, rms_norm_fwd_p
+
+
+def _once_per_example(primitive, args, dims, **params):
+    """Bind `primitive` once per example, with lax.map over the batched args."""
+    batched = [jnp.moveaxis(a, d, 0) for a, d in zip(args, dims) if d is not None]
+
+    def one_example(example_args):
+        parts = iter(example_args)
+        full = [next(parts) if d is not None else a for a, d in zip(args, dims)]
+        return primitive.bind(*full, **params)
+
+    outputs = jax.lax.map(one_example, batched)
+    return outputs, [0] * len(outputs)
+
+
+def _forward_batching(args, dims, *, eps):
+    x, weight = args
+    x_dim, weight_dim = dims
+    if weight_dim is not None:
+        return _once_per_example(rms_norm_fwd_p, args, dims, eps=eps)
+    outputs = rms_norm_fwd_p.bind(jnp.moveaxis(x, x_dim, 0), weight, eps=eps)
+    return outputs, [0, 0]
+
+
+def _backward_batching(args, dims, *, eps):
+    return _once_per_example(rms_norm_bwd_p, args, dims, eps=eps)
+
+
+batching.primitive_batchers[rms_norm_fwd_p] = _forward_batching
+batching.primitive_batchers[rms_norm_bwd_p] = _backward_batching

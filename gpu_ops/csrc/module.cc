@@ -1,0 +1,48 @@
+// The Python extension module gpu_ops._native: hands the FFI handlers to
+// Python as capsules, grouped by platform, for jax.ffi.register_ffi_target.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+
+#include "dweight_partials.h"
+#include "rms_norm_handlers.h"
+
+namespace py = pybind11;
+
+namespace {
+
+template <typename Handler>
+py::capsule Capsule(Handler* handler) {
+  return py::capsule(reinterpret_cast<void*>(handler));
+}
+
+py::dict Targets() {
+  py::dict cpu;
+  cpu["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCpu);
+  cpu["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCpu);
+  py::dict targets;
+  targets["cpu"] = cpu;
+#ifdef GPU_OPS_WITH_CUDA
+  py::dict cuda;
+  cuda["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCuda);
+  cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
+  targets["cuda"] = cuda;
+#endif
+  return targets;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "XLA FFI handlers for RMS normalisation (CPU and CUDA).";
+  m.def("targets", &Targets,
+        "{platform: {target name: FFI handler capsule}} for every platform "
+        "compiled in.");
+#ifdef GPU_OPS_WITH_CUDA
+  m.attr("cuda_compiled") = true;
+#else
+  m.attr("cuda_compiled") = false;
+#endif
+  m.def("dweight_partial_rows", &gpu_ops::DweightPartialRows, py::arg("rows"),
+        "Height of the CUDA backward's weight-gradient scratch matrix.");
+}

@@ -1,0 +1,150 @@
+// Buffer validation shared by the CPU and CUDA handlers.
+//
+// XLA hands a handler raw buffers; nothing stops a caller of the FFI target
+// (jax.ffi.ffi_call, a hand-written custom call) from passing buffers that do
+// not fit together. Every handler therefore checks dtypes and sizes here and
+// returns an ffi::Error instead of reading or writing out of bounds.
+#ifndef GPU_OPS_RMS_NORM_CHECKS_H_
+#define GPU_OPS_RMS_NORM_CHECKS_H_
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace gpu_ops {
+
+namespace ffi = xla::ffi;
+
+// An RMS norm input seen as a matrix: `rows` independent rows of `row_length`
+// elements each (row_length = number of elements in the weight).
+struct RowGeometry {
+  int64_t rows;
+  int64_t row_length;
+};
+
+inline bool IsSupportedFloat(ffi::DataType t) {
+  return t == ffi::DataType::F16 || t == ffi::DataType::BF16 ||
+         t == ffi::DataType::F32 || t == ffi::DataType::F64;
+}
+
+// The inverse RMS is float32 for 16-bit inputs and the input's dtype otherwise.
+inline ffi::DataType InvRmsType(ffi::DataType x_type) {
+  return x_type == ffi::DataType::F64 ? ffi::DataType::F64
+                                      : ffi::DataType::F32;
+}
+
+inline const char* DTypeName(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F16: return "float16";
+    case ffi::DataType::BF16: return "bfloat16";
+    case ffi::DataType::F32: return "float32";
+    case ffi::DataType::F64: return "float64";
+    default: return "a non-floating or unsupported type";
+  }
+}
+
+inline std::string DimsToString(ffi::AnyBuffer::Dimensions dims) {
+  std::string s = "(";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(dims[i]);
+  }
+  return s + (dims.size() == 1 ? ",)" : ")");
+}
+
+inline ffi::Error Invalid(const std::string& message) {
+  return ffi::Error::InvalidArgument("gpu_ops rms_norm: " + message);
+}
+
+inline ffi::Error ExpectBuffer(const char* name, const ffi::AnyBuffer& buffer,
+                               ffi::DataType dtype,
+                               ffi::AnyBuffer::Dimensions dims) {
+  if (buffer.element_type() != dtype) {
+    return Invalid(std::string(name) + " has dtype " +
+                   DTypeName(buffer.element_type()) + ", expected " +
+                   DTypeName(dtype));
+  }
+  if (!(buffer.dimensions() == dims)) {
+    return Invalid(std::string(name) + " has shape " +
+                   DimsToString(buffer.dimensions()) + ", expected " +
+                   DimsToString(dims));
+  }
+  return ffi::Error::Success();
+}
+
+// x and weight: supported dtypes, weight is x's trailing dimensions.
+inline ffi::Error CheckInputs(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+                              double eps, RowGeometry* geometry) {
+  if (!IsSupportedFloat(x.element_type())) {
+    return Invalid("x must be float16, bfloat16, float32 or float64");
+  }
+  if (!IsSupportedFloat(w.element_type())) {
+    return Invalid("weight must be float16, bfloat16, float32 or float64");
+  }
+  auto x_dims = x.dimensions();
+  auto w_dims = w.dimensions();
+  if (w_dims.size() == 0 || w_dims.size() > x_dims.size()) {
+    return Invalid("weight must have between 1 and x.ndim dimensions, got " +
+                   std::to_string(w_dims.size()));
+  }
+  const size_t lead = x_dims.size() - w_dims.size();
+  for (size_t i = 0; i < w_dims.size(); ++i) {
+    if (x_dims[lead + i] != w_dims[i]) {
+      return Invalid("weight shape " + DimsToString(w_dims) +
+                     " is not the trailing shape of x " +
+                     DimsToString(x_dims));
+    }
+  }
+  const int64_t row_length = static_cast<int64_t>(w.element_count());
+  if (row_length < 1) return Invalid("weight must not be empty");
+  if (!std::isfinite(eps) || eps < 0) {
+    return Invalid("eps must be a finite number >= 0");
+  }
+  geometry->row_length = row_length;
+  geometry->rows = static_cast<int64_t>(x.element_count()) / row_length;
+  return ffi::Error::Success();
+}
+
+// The leading (non-normalised) dimensions of x: the shape of the inverse RMS.
+inline ffi::AnyBuffer::Dimensions LeadingDims(const ffi::AnyBuffer& x,
+                                              const ffi::AnyBuffer& w) {
+  return x.dimensions().first(x.dimensions().size() - w.dimensions().size());
+}
+
+inline ffi::Error CheckForwardBuffers(const ffi::AnyBuffer& x,
+                                      const ffi::AnyBuffer& w, double eps,
+                                      const ffi::AnyBuffer& y,
+                                      const ffi::AnyBuffer& inv_rms,
+                                      RowGeometry* geometry) {
+  if (auto err = CheckInputs(x, w, eps, geometry); err.failure()) return err;
+  if (auto err = ExpectBuffer("y", y, w.element_type(), x.dimensions());
+      err.failure()) {
+    return err;
+  }
+  return ExpectBuffer("inv_rms", inv_rms, InvRmsType(x.element_type()),
+                      LeadingDims(x, w));
+}
+
+inline ffi::Error CheckBackwardBuffers(
+    const ffi::AnyBuffer& dy, const ffi::AnyBuffer& inv_rms,
+    const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, double eps,
+    const ffi::AnyBuffer& dx, const ffi::AnyBuffer& dw,
+    RowGeometry* geometry) {
+  if (auto err = CheckInputs(x, w, eps, geometry); err.failure()) return err;
+  const ffi::Error checks[] = {
+      ExpectBuffer("dy", dy, w.element_type(), x.dimensions()),
+      ExpectBuffer("inv_rms", inv_rms, InvRmsType(x.element_type()),
+                   LeadingDims(x, w)),
+      ExpectBuffer("dx", dx, x.element_type(), x.dimensions()),
+      ExpectBuffer("dweight", dw, w.element_type(), w.dimensions()),
+  };
+  for (const ffi::Error& err : checks) {
+    if (err.failure()) return err;
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace gpu_ops
+
+#endif  // GPU_OPS_RMS_NORM_CHECKS_H_

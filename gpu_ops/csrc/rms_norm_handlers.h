@@ -1,0 +1,27 @@
+// The XLA FFI handlers that gpu_ops exports, one per platform and direction.
+//
+//   forward:  (x, weight; eps) -> (y, inv_rms)
+//   backward: (dy, inv_rms, x, weight; eps) -> (dx, dweight)
+//             the CUDA backward has one more result, dweight_partials, a
+//             float32/float64 scratch matrix of per-block weight-gradient sums.
+//
+// y and dy have weight's dtype, dx has x's dtype, inv_rms has x's leading
+// (non-normalised) shape and is float32 unless x is float64.
+#ifndef GPU_OPS_RMS_NORM_HANDLERS_H_
+#define GPU_OPS_RMS_NORM_HANDLERS_H_
+
+#include "xla/ffi/api/ffi.h"
+
+namespace gpu_ops {
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCpu);
+
+#ifdef GPU_OPS_WITH_CUDA
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
+#endif
+
+}  // namespace gpu_ops
+
+#endif  // GPU_OPS_RMS_NORM_HANDLERS_H_

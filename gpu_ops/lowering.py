@@ -1,0 +1,54 @@
+"""Lowering the per-shard primitives to XLA FFI custom calls, per platform.
+
+``eps`` becomes a typed float64 attribute of the custom call (the handlers
+declare ``Attr<double>("eps")``), so no opaque descriptor is needed.
+"""
+
+import math
+
+import numpy as np
+import jax
+from jax.core import ShapedArray
+from jax.interpreters import mlir
+
+from gpu_ops import ffi_targets
+from gpu_ops.primitives import (
+    inv_rms_dtype,
+    rms_norm_bwd_shard_p,
+    rms_norm_fwd_shard_p,
+)
+
+_forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
+_backward_call = jax.ffi.ffi_lowering(ffi_targets.BACKWARD_TARGET)
+
+
+def _forward_lowering(ctx, x, weight, *, eps):
+    return _forward_call(ctx, x, weight, eps=np.float64(eps))
+
+
+def _backward_cpu_lowering(ctx, dy, inv_rms, x, weight, *, eps):
+    return _backward_call(ctx, dy, inv_rms, x, weight, eps=np.float64(eps))
+
+
+def _backward_cuda_lowering(ctx, dy, inv_rms, x, weight, *, eps):
+    # The CUDA kernels sum the weight gradient in two stages and need a scratch
+    # matrix for the first; it is an extra result of the custom call that the
+    # primitive does not expose.
+    x_aval, weight_aval = ctx.avals_in[2], ctx.avals_in[3]
+    row_length = math.prod(weight_aval.shape)
+    rows = math.prod(x_aval.shape) // row_length
+    scratch = ShapedArray(
+        (ffi_targets.dweight_partial_rows(rows), row_length),
+        inv_rms_dtype(x_aval.dtype),
+    )
+    ctx = ctx.replace(avals_out=[*ctx.avals_out, scratch])
+    dx, dweight, _ = _backward_call(
+        ctx, dy, inv_rms, x, weight, eps=np.float64(eps)
+    )
+    return [dx, dweight]
+
+
+for _platform in ("cpu", "cuda"):
+    mlir.register_lowering(rms_norm_fwd_shard_p, _forward_lowering, platform=_platform)
+mlir.register_lowering(rms_norm_bwd_shard_p, _backward_cpu_lowering, platform="cpu")
+mlir.register_lowering(rms_norm_bwd_shard_p, _backward_cuda_lowering, platform="cuda")

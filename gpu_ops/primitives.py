@@ -1,0 +1,72 @@
+"""The JAX primitives for RMS norm and their abstract evaluation.
+
+There are two pairs:
+
+- ``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are what ``jit``, ``grad`` and
+  ``vmap`` see. They are lowered through ``custom_partitioning``
+  (``sharding.py``), which splits a sharded array into per-device shards.
+- ``rms_norm_fwd_shard_p`` and ``rms_norm_bwd_shard_p`` compute on one shard;
+  they are lowered straight to the FFI custom call (``lowering.py``).
+
+Both pairs have the same shapes and dtypes:
+
+- forward: ``(x, weight) -> (y, inv_rms)``
+- backward: ``(dy, inv_rms, x, weight) -> (dx, dweight)``
+
+where ``weight`` covers the trailing ``weight.ndim`` axes of ``x``, ``y`` and
+``dy`` have weight's dtype, and ``inv_rms`` has x's leading shape and is
+float32 unless x is float64.
+"""
+
+from functools import partial
+
+import jax.numpy as jnp
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import xla
+
+
+def inv_rms_dtype(x_dtype):
+    """float32 for 16-bit and 32-bit inputs, float64 for float64 inputs."""
+    return jnp.float64 if x_dtype == jnp.float64 else jnp.float32
+
+
+def leading_shape(x, weight):
+    """The axes of x that are not normalised: the shape of inv_rms."""
+    return x.shape[: x.ndim - weight.ndim]
+
+
+def _forward_abstract_eval(x, weight, *, eps):
+    del eps
+    return (
+        ShapedArray(x.shape, weight.dtype),
+        ShapedArray(leading_shape(x, weight), inv_rms_dtype(x.dtype)),
+    )
+
+
+def _backward_abstract_eval(dy, inv_rms, x, weight, *, eps):
+    del eps
+    assert dy.shape == x.shape and dy.dtype == weight.dtype, (dy, x, weight)
+    assert inv_rms.shape == leading_shape(x, weight), (inv_rms, x, weight)
+    return (
+        ShapedArray(x.shape, x.dtype),
+        ShapedArray(weight.shape, weight.dtype),
+    )
+
+
+def _primitive(name, abstract_eval, impl=None):
+    primitive = Primitive(name)
+    primitive.multiple_results = True
+    primitive.def_impl(impl or partial(xla.apply_primitive, primitive))
+    primitive.def_abstract_eval(abstract_eval)
+    return primitive
+
+
+rms_norm_fwd_shard_p = _primitive("rms_norm_fwd_shard", _forward_abstract_eval)
+rms_norm_bwd_shard_p = _primitive("rms_norm_bwd_shard", _backward_abstract_eval)
+
+# Outside jit there is nothing to partition: run the per-shard primitive.
+rms_norm_fwd_p = _primitive(
+    "rms_norm_fwd", _forward_abstract_eval, rms_norm_fwd_shard_p.bind)
+rms_norm_bwd_p = _primitive(
+    "rms_norm_bwd", _backward_abstract_eval, rms_norm_bwd_shard_p.bind)

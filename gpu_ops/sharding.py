@@ -1,0 +1,143 @@
+"""Partitioning RMS norm across devices with ``custom_partitioning``.
+
+XLA cannot see inside a custom call, so without help it gathers a sharded
+input onto every device before calling it. Every row is normalised on its
+own, though, so each device can work on its own rows. The rules here say so:
+
+- the leading (row) axes keep whatever sharding the input has;
+- the normalised axes, and the weight, are replicated (an input sharded along
+  a normalised axis is gathered first, so the answer stays right);
+- the weight gradient, a sum over rows, is summed across the devices that
+  hold different rows (a ``psum``).
+
+``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are lowered through these
+partitioned functions to the per-shard primitives.
+"""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax._src import dispatch
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.interpreters import mlir
+from jax.sharding import NamedSharding, PartitionSpec
+
+from gpu_ops.primitives import (
+    inv_rms_dtype,
+    rms_norm_bwd_p,
+    rms_norm_bwd_shard_p,
+    rms_norm_fwd_p,
+    rms_norm_fwd_shard_p,
+)
+
+
+def _factor_names(x_rank, weight_rank):
+    rows = [f"b{i}" for i in range(x_rank - weight_rank)]
+    normalised = [f"n{i}" for i in range(weight_rank)]
+    return " ".join(rows), " ".join(normalised), tuple(normalised)
+
+
+def _forward_rule(eps, mesh, operand_types, result_types):
+    del eps, mesh, result_types
+    rows, normalised, replicated = _factor_names(
+        len(operand_types[0].shape), len(operand_types[1].shape))
+    rule = f"{rows} {normalised}, {normalised} -> {rows} {normalised}, {rows}"
+    return rule, {"need_replication_factors": replicated}
+
+
+def _backward_rule(eps, mesh, operand_types, result_types):
+    del eps, mesh, result_types
+    rows, normalised, replicated = _factor_names(
+        len(operand_types[2].shape), len(operand_types[3].shape))
+    x = f"{rows} {normalised}"
+    rule = f"{x}, {rows}, {x}, {normalised} -> {x}, {normalised}"
+    return rule, {"need_replication_factors": replicated}
+
+
+def _row_spec(mesh, x_info, weight_ndim):
+    """The mesh axes x's leading axes are sharded over (normalised axes: none)."""
+    lead = len(x_info.shape) - weight_ndim
+    spec = tuple(x_info.sharding.spec) + (None,) * len(x_info.shape)
+    return spec[:lead]
+
+
+def _mesh_axes(spec):
+    axes = []
+    for entry in spec:
+        if entry is None:
+            continue
+        axes.extend(entry if isinstance(entry, tuple) else (entry,))
+    return tuple(axes)
+
+
+def _forward_partition(eps, mesh, arg_infos, result_infos):
+    del result_infos
+    x_info, weight_info = arg_infos
+    weight_ndim = len(weight_info.shape)
+    rows = _row_spec(mesh, x_info, weight_ndim)
+    x_sharding = NamedSharding(mesh, PartitionSpec(*rows, *(None,) * weight_ndim))
+    inv_sharding = NamedSharding(mesh, PartitionSpec(*rows))
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def per_shard(x, weight):
+        return rms_norm_fwd_shard_p.bind(x, weight, eps=eps)
+
+    return mesh, per_shard, (x_sharding, inv_sharding), (x_sharding, replicated)
+
+
+def _backward_partition(eps, mesh, arg_infos, result_infos):
+    del result_infos
+    x_info, weight_info = arg_infos[2], arg_infos[3]
+    weight_ndim = len(weight_info.shape)
+    rows = _row_spec(mesh, x_info, weight_ndim)
+    row_axes = _mesh_axes(rows)
+    x_sharding = NamedSharding(mesh, PartitionSpec(*rows, *(None,) * weight_ndim))
+    inv_sharding = NamedSharding(mesh, PartitionSpec(*rows))
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def per_shard(dy, inv_rms, x, weight):
+        dx, dweight = rms_norm_bwd_shard_p.bind(dy, inv_rms, x, weight, eps=eps)
+        if row_axes:  # each device summed only its own rows
+            total = jax.lax.psum(dweight.astype(inv_rms_dtype(x.dtype)), row_axes)
+            dweight = total.astype(weight.dtype)
+        return dx, dweight
+
+    arg_shardings = (x_sharding, inv_sharding, x_sharding, replicated)
+    return mesh, per_shard, (x_sharding, replicated), arg_shardings
+
+
+@partial(custom_partitioning, static_argnums=(2,))
+def _forward(x, weight, eps):
+    return tuple(rms_norm_fwd_shard_p.bind(x, weight, eps=eps))
+
+
+@partial(custom_partitioning, static_argnums=(4,))
+def _backward(dy, inv_rms, x, weight, eps):
+    return tuple(rms_norm_bwd_shard_p.bind(dy, inv_rms, x, weight, eps=eps))
+
+
+_forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
+_backward.def_partition(partition=_backward_partition, sharding_rule=_backward_rule)
+
+
+def _forward_lowering(ctx, x, weight, *, eps):
+    return mlir.lower_fun(
+        lambda x, weight: _forward(x, weight, eps), multiple_results=True
+    )(ctx, x, weight)
+
+
+def _backward_lowering(ctx, dy, inv_rms, x, weight, *, eps):
+    return mlir.lower_fun(
+        lambda *args: _backward(*args, eps), multiple_results=True
+    )(ctx, dy, inv_rms, x, weight)
+
+
+mlir.register_lowering(rms_norm_fwd_p, _forward_lowering)
+mlir.register_lowering(rms_norm_bwd_p, _backward_lowering)
+
+# custom_partitioning needs the device assignment while lowering; jit provides
+# it only to computations holding a primitive in this set. JAX adds its own
+# custom_partitioning primitive; ours hide it inside their lowering, so they
+# are added too (there is no public API for this; TransformerEngine does the same).
+dispatch.prim_requires_devices_during_lowering.update({rms_norm_fwd_p, rms_norm_bwd_p})

@@ -1,0 +1,39 @@
+"""Clear Python errors for arguments the kernels cannot take."""
+
+import math
+import numbers
+
+import jax.numpy as jnp
+
+SUPPORTED_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+
+
+def _check_dtype(name, array):
+    if array.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"rms_norm: {name} must be float16, bfloat16, float32 or float64, "
+            f"got {array.dtype}")
+
+
+def check_rms_norm_args(x, weight, eps):
+    """Raise TypeError/ValueError for bad arguments; return eps as a float."""
+    _check_dtype("x", x)
+    _check_dtype("weight", weight)
+    if weight.ndim == 0:
+        raise ValueError("rms_norm: weight must have at least one dimension")
+    if weight.size == 0:
+        raise ValueError(f"rms_norm: weight must not be empty, got shape {weight.shape}")
+    if weight.ndim > x.ndim:
+        raise ValueError(
+            f"rms_norm: weight has more dimensions ({weight.ndim}) than x ({x.ndim})")
+    if x.shape[x.ndim - weight.ndim:] != weight.shape:
+        raise ValueError(
+            f"rms_norm: weight shape {weight.shape} must equal the trailing "
+            f"shape of x, got x shape {x.shape}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise ValueError(
+            f"rms_norm: eps must be a Python or NumPy real number (it is a "
+            f"static attribute of the custom call), got {type(eps).__name__}")
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"rms_norm: eps must be a finite number >= 0, got {eps}")
+    return float(eps)
