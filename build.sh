@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Set up, build and test "JAX custom GPU operations".
+#
+#   ./build.sh            virtual environment + pinned dependencies, build and
+#                         install gpu_ops, build the book
+#   ./build.sh test       the same, then the whole test suite
+#
+# Options (after the command, or as environment variables):
+#   --no-venv   (GPU_OPS_NO_VENV=1)  use the current Python environment, which
+#               must already hold the dependencies; nothing is downloaded
+#   PYTHON=...      the Python (>= 3.12) to create .venv with
+#   CUDA_ARCH=...   CUDA architectures to compile, e.g. "90" or "80-real;90"
+set -euo pipefail
+cd "$(dirname "$0")"
+
+command_name=build
+no_venv=${GPU_OPS_NO_VENV:-0}
+for arg in "$@"; do
+  case "$arg" in
+    test) command_name=test ;;
+    build) command_name=build ;;
+    --no-venv) no_venv=1 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "build.sh: unknown argument '$arg' (see ./build.sh --help)" >&2; exit 2 ;;
+  esac
+done
+
+current_step="starting"
+step() { current_step="$1"; echo; echo "==> $1"; }
+trap 'echo; echo "build.sh: FAILED during: ${current_step}" >&2' ERR
+
+python_is_recent() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; }
+
+find_python() {
+  if [ -n "${PYTHON:-}" ]; then
+    python_is_recent "$PYTHON" && { echo "$PYTHON"; return; }
+    echo "build.sh: PYTHON=$PYTHON is not Python >= 3.12" >&2; return 1
+  fi
+  local candidate
+  for candidate in python3.12 python3.13 python3 \
+      "$(pyenv root 2>/dev/null)"/versions/3.1[2-9]*/bin/python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && python_is_recent "$candidate"; then
+      echo "$candidate"; return
+    fi
+  done
+  echo "build.sh: no Python >= 3.12 found; set PYTHON=/path/to/python3.12" >&2
+  return 1
+}
+
+if [ "$no_venv" = 1 ]; then
+  step "Using the current Python environment (no virtual environment, no downloads)"
+  python=$(command -v python3)
+  python_is_recent "$python" || { echo "build.sh: $python is older than 3.12" >&2; exit 1; }
+else
+  step "Creating the virtual environment .venv"
+  if [ ! -x .venv/bin/python ]; then
+    base_python=$(find_python)
+    "$base_python" -m venv .venv
+  fi
+  python=.venv/bin/python
+  step "Installing pinned dependencies (requirements.txt)"
+  "$python" -m pip install --quiet --upgrade pip
+  "$python" -m pip install --quiet -r requirements.txt
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    step "NVIDIA GPU found: installing JAX's CUDA 13 plugin"
+    jax_version=$(grep '^jax==' requirements.txt | cut -d= -f3)
+    "$python" -m pip install --quiet "jax[cuda13]==${jax_version}"
+  fi
+fi
+"$python" -c 'import jax, sys; print(f"Python {sys.version.split()[0]}, JAX {jax.__version__}, devices: {jax.devices()}")'
+
+step "Building and installing gpu_ops"
+if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+cmake_defines=()
+[ -n "${CUDA_ARCH:-}" ] && cmake_defines+=("-Ccmake.define.CMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH}")
+[ "$command_name" = test ] && cmake_defines+=("-Ccmake.define.GPU_OPS_WARNINGS_AS_ERRORS=ON")
+mkdir -p build
+build_log=build/gpu_ops_build.log
+if ! "$python" -m pip install --no-build-isolation --no-deps --editable . \
+    -Cbuild.verbose=true "${cmake_defines[@]}" >"$build_log" 2>&1; then
+  tail -n 40 "$build_log"; echo "(full log: $build_log)"
+  false
+fi
+grep -E "gpu_ops: |warning" "$build_log" || true
+"$python" -c 'import gpu_ops; print("gpu_ops built; CUDA kernels compiled in:", gpu_ops.CUDA_COMPILED)'
+
+if [ -f _config.yml ]; then
+  step "Building the book (HTML, offline, warnings are errors)"
+  "$python" -m jupyter_book build . --warningiserror --keep-going --quiet
+  echo "The book is at $(pwd)/_build/html/index.html"
+fi
+
+if [ "$command_name" = test ]; then
+  step "Running the test suite"
+  "$python" -m pytest -q
+fi
+current_step="done"
+echo
+echo "build.sh: all steps succeeded"

@@ -1,0 +1,59 @@
+"""A float64 NumPy reference for RMS norm and its gradient, and tolerances."""
+
+import jax.numpy as jnp
+import numpy as np
+
+DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64]
+
+# Relative tolerance by the dtype of the result being checked: a few units in
+# the last place of that dtype, after accumulation in float32 (float64 for
+# float64 inputs).
+TOLERANCE = {
+    jnp.dtype(jnp.float16): 4e-3,
+    jnp.dtype(jnp.bfloat16): 2e-2,
+    jnp.dtype(jnp.float32): 2e-5,
+    jnp.dtype(jnp.float64): 1e-12,
+}
+
+
+def _f64(a):
+    return np.asarray(a).astype(np.float64)
+
+
+def _axes(x, weight):
+    lead = x.ndim - weight.ndim
+    return tuple(range(lead, x.ndim)), tuple(range(lead))
+
+
+def forward(x, weight, eps=1e-5):
+    x, weight = _f64(x), _f64(weight)
+    norm_axes, _ = _axes(x, weight)
+    inv = 1.0 / np.sqrt(np.mean(x * x, axis=norm_axes, keepdims=True) + eps)
+    return x * inv * weight
+
+
+def vjp(x, weight, dy, eps=1e-5):
+    """(dx, dweight) for the cotangent dy."""
+    x, weight, dy = _f64(x), _f64(weight), _f64(dy)
+    norm_axes, row_axes = _axes(x, weight)
+    inv = 1.0 / np.sqrt(np.mean(x * x, axis=norm_axes, keepdims=True) + eps)
+    dyw = dy * weight
+    dx = inv * (dyw - x * inv**2 * np.mean(dyw * x, axis=norm_axes, keepdims=True))
+    dweight = np.sum(dy * x * inv, axis=row_axes)
+    return dx, dweight
+
+
+def assert_close(actual, expected, dtype=None, x_dtype=None):
+    """Compare with a tolerance set by the result's dtype, relative to its scale.
+
+    The kernels accumulate in float32 unless x is float64, so a float64 result
+    computed from a 16- or 32-bit x is only as exact as float32.
+    """
+    dtype = jnp.dtype(dtype or actual.dtype)
+    assert jnp.dtype(actual.dtype) == dtype, (actual.dtype, dtype)
+    expected = np.asarray(expected)
+    x_dtype = jnp.dtype(x_dtype or dtype)
+    accumulator = jnp.dtype(jnp.float64 if x_dtype == jnp.float64 else jnp.float32)
+    tol = max(TOLERANCE[dtype], TOLERANCE[accumulator])
+    scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
+    np.testing.assert_allclose(_f64(actual), expected, rtol=tol, atol=tol * scale)

@@ -1,0 +1,98 @@
+"""Bad input gets a clear Python exception, from Python and from the handlers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gpu_ops
+from gpu_ops import ffi_targets
+
+X = jnp.ones((4, 8), jnp.float32)
+W = jnp.ones(8, jnp.float32)
+
+
+@pytest.mark.parametrize("bad", ["x", "weight"])
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.bool_, jnp.complex64, jnp.float8_e4m3fn])
+def test_non_float_dtypes(bad, dtype):
+    x = X.astype(dtype) if bad == "x" else X
+    weight = W.astype(dtype) if bad == "weight" else W
+    with pytest.raises(TypeError, match=f"rms_norm: {bad} must be float16"):
+        gpu_ops.rms_norm(x, weight)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,message", [
+    ((4, 8), (7,), "trailing shape"),
+    ((4, 8), (4,), "trailing shape"),
+    ((4, 8), (), "at least one dimension"),
+    ((4, 0), (0,), "must not be empty"),
+    ((8,), (1, 8), "more dimensions"),
+])
+def test_bad_shapes(x_shape, w_shape, message):
+    with pytest.raises(ValueError, match=message):
+        gpu_ops.rms_norm(jnp.ones(x_shape), jnp.ones(w_shape))
+
+
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), -1e-5, "1e-5", None, True])
+def test_bad_eps(eps):
+    with pytest.raises(ValueError, match="eps"):
+        gpu_ops.rms_norm(X, W, eps)
+
+
+def test_traced_eps_is_refused():
+    with pytest.raises(ValueError, match="eps"):
+        jax.jit(gpu_ops.rms_norm)(X, W, 1e-5)
+
+
+def test_numpy_eps_is_accepted():
+    gpu_ops.rms_norm(X, W, np.float32(1e-3))
+
+
+def _spec(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def _forward_call(results, *args, eps=np.float64(1e-5)):
+    return jax.ffi.ffi_call(ffi_targets.FORWARD_TARGET, results)(*args, eps=eps)
+
+
+def _backward_results(x_shape, x_dtype, w_shape, w_dtype, inv_dtype):
+    results = [_spec(x_shape, x_dtype), _spec(w_shape, w_dtype)]
+    if jax.default_backend() == "gpu":  # the CUDA handler's scratch result
+        results.append(_spec((1, int(np.prod(w_shape))), inv_dtype))
+    return results
+
+
+@pytest.mark.parametrize("results,args,message", [
+    ([_spec((4, 8), jnp.float32), _spec((5,), jnp.float32)], (X, W), "inv_rms has shape"),
+    ([_spec((4, 8), jnp.float16), _spec((4,), jnp.float32)], (X, W), "y has dtype"),
+    ([_spec((4, 8), jnp.float32), _spec((4,), jnp.float32)], (X, jnp.ones(4)), "trailing shape"),
+    ([_spec((4, 8), jnp.float32), _spec((4,), jnp.float32)], (X.astype(jnp.int32), W), "x must be"),
+    ([_spec((4, 8), jnp.float32), _spec((4,), jnp.float64)], (X, W), "inv_rms has dtype"),
+])
+def test_forward_handler_rejects_mismatched_buffers(results, args, message):
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(_forward_call(results, *args))
+
+
+def test_forward_handler_rejects_non_finite_eps():
+    results = [_spec((4, 8), jnp.float32), _spec((4,), jnp.float32)]
+    with pytest.raises(Exception, match="eps must be a finite number"):
+        jax.block_until_ready(_forward_call(results, X, W, eps=np.float64(np.nan)))
+
+
+def test_forward_handler_rejects_eps_of_the_wrong_type():
+    results = [_spec((4, 8), jnp.float32), _spec((4,), jnp.float32)]
+    with pytest.raises(Exception, match="expected F64 but got F32"):
+        jax.block_until_ready(_forward_call(results, X, W, eps=np.float32(1e-5)))
+
+
+@pytest.mark.parametrize("bad", ["dy_dtype", "inv_shape", "dweight_shape"])
+def test_backward_handler_rejects_mismatched_buffers(bad):
+    dy = X.astype(jnp.float16) if bad == "dy_dtype" else X
+    inv = jnp.ones(3 if bad == "inv_shape" else 4, jnp.float32)
+    w_shape = (9,) if bad == "dweight_shape" else (8,)
+    results = _backward_results((4, 8), jnp.float32, w_shape, jnp.float32, jnp.float32)
+    call = jax.ffi.ffi_call(ffi_targets.BACKWARD_TARGET, results)
+    with pytest.raises(Exception, match="gpu_ops rms_norm"):
+        jax.block_until_ready(call(dy, inv, X, W, eps=np.float64(1e-5)))

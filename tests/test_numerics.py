@@ -1,0 +1,107 @@
+"""Forward and gradient against a float64 reference, every dtype pair."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import gpu_ops
+import reference
+from reference import DTYPES, assert_close
+
+# (x shape, weight shape): several ranks, odd sizes, row length 1, a long row.
+SHAPES = [
+    ((4, 8), (8,)),
+    ((3, 5, 7), (7,)),
+    ((2, 3, 5, 7), (5, 7)),
+    ((13, 1), (1,)),
+    ((1, 3), (3,)),
+    ((6,), (6,)),
+    ((3, 1000), (1000,)),
+    ((2, 4, 512, 4), (512, 4)),
+    ((2, 16384), (16384,)),
+]
+
+
+def _inputs(x_shape, w_shape, x_dtype, w_dtype, seed=0):
+    kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
+    x = jax.random.normal(kx, x_shape, jnp.float32).astype(x_dtype)
+    weight = (1 + 0.5 * jax.random.normal(kw, w_shape, jnp.float32)).astype(w_dtype)
+    dy = jax.random.normal(kd, x_shape, jnp.float32).astype(w_dtype)
+    return x, weight, dy
+
+
+@pytest.mark.parametrize("x_dtype,w_dtype", list(itertools.product(DTYPES, DTYPES)))
+@pytest.mark.parametrize("shapes", SHAPES[:4], ids=str)
+def test_every_dtype_pair(x_dtype, w_dtype, shapes):
+    x, weight, dy = _inputs(*shapes, x_dtype, w_dtype)
+    y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    assert y.shape == x.shape
+    assert_close(y, reference.forward(x, weight), w_dtype, x_dtype)
+    dx, dweight = pullback(dy)
+    expected_dx, expected_dweight = reference.vjp(x, weight, dy)
+    assert_close(dx, expected_dx, x_dtype, x_dtype)
+    assert_close(dweight, expected_dweight, w_dtype, x_dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+def test_shapes(dtype, shapes):
+    x, weight, dy = _inputs(*shapes, dtype, dtype, seed=1)
+    y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    assert_close(y, reference.forward(x, weight))
+    dx, dweight = pullback(dy)
+    expected_dx, expected_dweight = reference.vjp(x, weight, dy)
+    assert_close(dx, expected_dx)
+    assert_close(dweight, expected_dweight)
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-6, 0.1])
+def test_eps(eps):
+    x, weight, dy = _inputs((5, 9), (9,), jnp.float64, jnp.float64)
+    y, pullback = jax.vjp(lambda x, w: gpu_ops.rms_norm(x, w, eps), x, weight)
+    assert_close(y, reference.forward(x, weight, eps))
+    dx, dweight = pullback(dy)
+    expected_dx, expected_dweight = reference.vjp(x, weight, dy, eps)
+    assert_close(dx, expected_dx)
+    assert_close(dweight, expected_dweight)
+
+
+def test_check_grads_float64():
+    x, weight, _ = _inputs((3, 4, 6), (4, 6), jnp.float64, jnp.float64)
+    check_grads(gpu_ops.rms_norm, (x, weight), order=1, modes=["rev"])
+
+
+def test_check_grads_of_a_loss_float32():
+    x, weight, _ = _inputs((8, 16), (16,), jnp.float32, jnp.float32)
+
+    def loss(x, weight):
+        return jnp.mean(gpu_ops.rms_norm(x, weight) ** 2 * jnp.arange(16.0))
+
+    check_grads(loss, (x, weight), order=1, modes=["rev"], atol=1e-2, rtol=1e-2)
+
+
+def test_non_finite_rows_stay_in_their_row():
+    x = jnp.array([[1.0, 2.0, 3.0], [np.nan, 1.0, 1.0], [np.inf, 1.0, 1.0], [4.0, 5.0, 6.0]])
+    weight = jnp.ones(3)
+    y = np.asarray(gpu_ops.rms_norm(x, weight))
+    assert np.isnan(y[1]).all() and np.isnan(y[2, 0])
+    np.testing.assert_allclose(y[[0, 3]], reference.forward(np.asarray(x)[[0, 3]], weight), rtol=1e-12)
+
+
+def test_zero_row_with_zero_eps_is_not_silently_finite():
+    y = gpu_ops.rms_norm(jnp.zeros((1, 4)), jnp.ones(4), eps=0.0)
+    assert np.isnan(np.asarray(y)).all()  # 0 * inf: the maths is undefined
+
+
+def test_empty_batch():
+    x = jnp.zeros((0, 3, 8), jnp.bfloat16)
+    weight = jnp.ones(8, jnp.float32)
+    y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    assert y.shape == (0, 3, 8) and y.dtype == jnp.float32
+    dx, dweight = pullback(jnp.zeros_like(y))
+    assert dx.shape == x.shape and dx.dtype == x.dtype
+    np.testing.assert_array_equal(np.asarray(dweight), np.zeros(8, np.float32))

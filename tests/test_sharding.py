@@ -1,0 +1,113 @@
+"""Sharding on 8 devices: batch-sharded input needs no all-gather."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import gpu_ops
+
+COLLECTIVES_THAT_MOVE_INPUTS = ("all-gather", "all-to-all")
+
+
+def _devices():
+    devices = jax.devices()
+    return devices if len(devices) >= 8 else jax.devices("cpu")
+
+
+def _mesh(shape, names):
+    devices = np.array(_devices()[: int(np.prod(shape))]).reshape(shape)
+    return jax.sharding.Mesh(devices, names, axis_types=(AxisType.Auto,) * len(shape))
+
+
+def _loss(x, weight):
+    return jnp.sum(gpu_ops.rms_norm(x, weight).astype(jnp.float32) ** 2 * jnp.arange(x.shape[-1]))
+
+
+_grad = jax.grad(_loss, argnums=(0, 1))
+
+
+def _data(shape=(16, 4, 32), w_ndim=2, dtype=jnp.float32):
+    kx, kw = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
+    weight = (1 + 0.3 * jax.random.normal(kw, shape[-w_ndim:], jnp.float32)).astype(dtype)
+    return x, weight
+
+
+def _on(device, *arrays):
+    return [jax.device_put(a, device) for a in arrays]
+
+
+def _compiled_text(f, *args):
+    return jax.jit(f).lower(*args).compile().as_text()
+
+
+CASES = [
+    # (mesh shape, axis names, spec of x): 1-D and 2-D meshes, one or two row axes.
+    ((8,), ("data",), P("data")),
+    ((8,), ("data",), P(None, "data")),
+    ((4, 2), ("data", "model"), P("data", "model")),
+    ((2, 4), ("data", "model"), P(("data", "model"))),
+    ((4, 2), ("data", "model"), P("data")),
+]
+
+
+@pytest.mark.parametrize("mesh_shape,names,spec", CASES, ids=str)
+def test_batch_sharded_input_is_not_gathered(mesh_shape, names, spec):
+    mesh = _mesh(mesh_shape, names)
+    x, weight = _data(shape=(16, 8, 32), w_ndim=1)
+    single = _on(_devices()[0], x, weight)
+    x_sharded = jax.device_put(x, NamedSharding(mesh, spec))
+    w_replicated = jax.device_put(weight, NamedSharding(mesh, P()))
+
+    for f in (gpu_ops.rms_norm, _grad):
+        hlo = _compiled_text(f, x_sharded, w_replicated)
+        assert "gpu_ops_rms_norm" in hlo
+        for collective in COLLECTIVES_THAT_MOVE_INPUTS:
+            assert collective not in hlo, (f, collective)
+
+    y = jax.jit(gpu_ops.rms_norm)(x_sharded, w_replicated)
+    assert y.sharding.is_equivalent_to(x_sharded.sharding, y.ndim)
+    np.testing.assert_allclose(y, jax.jit(gpu_ops.rms_norm)(*single), rtol=1e-6)
+
+    dx, dweight = jax.jit(_grad)(x_sharded, w_replicated)
+    expected_dx, expected_dweight = jax.jit(_grad)(*single)
+    np.testing.assert_allclose(dx, expected_dx, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dweight, expected_dweight, rtol=1e-5, atol=1e-5)
+
+
+def test_weight_gradient_is_summed_across_devices():
+    mesh = _mesh((8,), ("data",))
+    x, weight = _data()
+    args = (jax.device_put(x, NamedSharding(mesh, P("data"))),
+            jax.device_put(weight, NamedSharding(mesh, P())))
+    hlo = _compiled_text(_grad, *args)
+    reductions = [line for line in hlo.splitlines() if "all-reduce(" in line]
+    # exactly the weight gradient (the loss's own sum adds a scalar all-reduce)
+    assert any("f32[4,32]" in line for line in reductions), reductions
+    assert not any("f32[2,4,32]" in line for line in reductions), reductions
+
+
+def test_input_sharded_along_a_normalised_axis_is_still_right():
+    mesh = _mesh((8,), ("data",))
+    x, weight = _data(shape=(4, 8, 32), w_ndim=2)
+    x_sharded = jax.device_put(x, NamedSharding(mesh, P(None, "data")))
+    w_sharded = jax.device_put(weight, NamedSharding(mesh, P("data")))
+    single = _on(_devices()[0], x, weight)
+    np.testing.assert_allclose(jax.jit(gpu_ops.rms_norm)(x_sharded, w_sharded),
+                               jax.jit(gpu_ops.rms_norm)(*single), rtol=1e-6)
+    for got, want in zip(jax.jit(_grad)(x_sharded, w_sharded), jax.jit(_grad)(*single)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_sharded_gradients():
+    mesh = _mesh((8,), ("data",))
+    x, weight = _data(dtype=jnp.bfloat16)
+    args = (jax.device_put(x, NamedSharding(mesh, P("data"))),
+            jax.device_put(weight, NamedSharding(mesh, P())))
+    got = jax.jit(_grad)(*args)
+    want = jax.jit(_grad)(*_on(_devices()[0], x, weight))
+    for g, w in zip(got, want):
+        assert g.dtype == jnp.bfloat16
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=2e-2, atol=2e-1)
