@@ -1,0 +1,78 @@
+"""The CUDA kernels on sizes only a GPU test can afford (skipped without a GPU).
+
+Every other test in this folder also runs on the GPU when one is present, so
+the CUDA path gets the same dtype, shape, gradient and transformation checks
+as the CPU path; these add what needs a real GPU.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gpu_ops
+import reference
+from reference import assert_close
+
+pytestmark = pytest.mark.gpu
+
+
+def test_cuda_kernels_are_used():
+    assert gpu_ops.CUDA_COMPILED
+    x, w = jnp.ones((4, 8)), jnp.ones(8)
+    hlo = jax.jit(gpu_ops.rms_norm).lower(x, w).compile().as_text()
+    assert 'custom_call_target="gpu_ops_rms_norm_fwd"' in hlo
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_more_rows_than_a_grid_dimension(dtype):
+    rows = 70_001  # more than 65,535: the seed's kernels put rows on gridDim.y
+    kx, kw, kd = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.normal(kx, (rows, 96), jnp.float32).astype(dtype)
+    weight = (1 + 0.3 * jax.random.normal(kw, (96,), jnp.float32)).astype(dtype)
+    dy = jax.random.normal(kd, (rows, 96), jnp.float32).astype(dtype)
+    y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    assert_close(y, reference.forward(x, weight))
+    dx, dweight = pullback(dy)
+    expected_dx, expected_dweight = reference.vjp(x, weight, dy)
+    assert_close(dx, expected_dx)
+    # a sum over 70,001 rows: compare relative to its own size
+    np.testing.assert_allclose(np.asarray(dweight, np.float64), expected_dweight,
+                               rtol=2e-2, atol=2e-2 * np.abs(expected_dweight).max())
+
+
+@pytest.mark.parametrize("row_length", [1, 3, 1000, 262_144])
+def test_odd_and_long_rows(row_length):
+    kx, kw, kd = jax.random.split(jax.random.key(1), 3)
+    shape = (37, row_length)
+    x = jax.random.normal(kx, shape, jnp.float32)
+    weight = jax.random.normal(kw, (row_length,), jnp.float32)
+    dy = jax.random.normal(kd, shape, jnp.float32)
+    y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    assert_close(y, reference.forward(x, weight))
+    dx, dweight = pullback(dy)
+    expected_dx, expected_dweight = reference.vjp(x, weight, dy)
+    assert_close(dx, expected_dx)
+    assert_close(dweight, expected_dweight)
+
+
+def test_more_than_two_to_the_31_elements():
+    rows, row_length = 2**23 + 1, 256  # 2**31 + 256 elements, 4 GiB in bfloat16
+    eps = 1e-5
+    x = jax.random.normal(jax.random.key(2), (rows, row_length), jnp.bfloat16)
+    weight = jnp.linspace(0.5, 1.5, row_length, dtype=jnp.bfloat16)
+    dy = jnp.flip(x, axis=1)
+    y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    dx, dweight = pullback(dy)
+
+    sample = np.array([0, 1, 2**22, 2**23 - 1, 2**23, rows - 1])  # both sides of 2**31
+    x_s, dy_s = np.asarray(x[sample]), np.asarray(dy[sample])
+    assert_close(y[sample], reference.forward(x_s, weight))
+    assert_close(dx[sample], reference.vjp(x_s, weight, dy_s)[0])
+
+    # dweight sums every row: compare with XLA's own float32 reduction on the GPU
+    x32 = x.astype(jnp.float32)
+    inv = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=1, keepdims=True) + eps)
+    expected = jnp.sum(dy.astype(jnp.float32) * x32 * inv, axis=0)
+    np.testing.assert_allclose(np.asarray(dweight, np.float32), np.asarray(expected),
+                               rtol=2e-2, atol=2e-2 * float(jnp.abs(expected).max()))

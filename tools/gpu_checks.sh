@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU evidence run (shared/GPU.md): build with CUDA from a clean tree, the
+# whole test suite on the GPU, and compute-sanitizer on forward and backward.
+# Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
+set -uo pipefail
+out=${1:?usage: tools/gpu_checks.sh OUTDIR}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nvcc --version | tail -n 2
+  python3 -c 'import jax, jaxlib, sys; print("python", sys.version.split()[0]); print("jax", jax.__version__, "jaxlib", jaxlib.__version__); print(jax.devices())'
+} > "$out/environment.txt" 2>&1
+cat "$out/environment.txt"
+
+rm -rf build
+GPU_OPS_NO_VENV=1 CUDA_ARCH=${CUDA_ARCH:-90} ./build.sh test 2>&1 | tee "$out/build_and_tests.log"
+tests_status=${PIPESTATUS[0]}
+
+sanitizer_status=0
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+# Check only gpu_ops' kernels (their mangled names contain the namespace).
+if compute-sanitizer --help 2>&1 | grep -q -- "--kernel-name"; then
+  only_ours=(--kernel-name kns=gpu_ops)
+else
+  only_ours=(--filter kns=gpu_ops)
+fi
+for tool in memcheck racecheck initcheck synccheck; do
+  echo "== compute-sanitizer --tool $tool" | tee -a "$out/compute_sanitizer.log"
+  compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      "${only_ours[@]}" python3 tools/sanitizer_workload.py \
+      2>&1 | tee -a "$out/compute_sanitizer.log"
+  status=${PIPESTATUS[0]}
+  echo "== $tool exit status: $status" | tee -a "$out/compute_sanitizer.log"
+  [ "$status" = 0 ] || sanitizer_status=1
+done
+echo "tests: $tests_status, sanitizer: $sanitizer_status"
+exit $(( tests_status || sanitizer_status ))

@@ -1,0 +1,25 @@
+"""Forward and backward over a few shapes and dtypes, for compute-sanitizer.
+
+Run as: compute-sanitizer --tool memcheck python tools/sanitizer_workload.py
+"""
+
+import jax
+import jax.numpy as jnp
+
+import gpu_ops
+
+CASES = [
+    ((3, 1), jnp.float32, jnp.float32),
+    ((5, 7, 33), jnp.bfloat16, jnp.float32),
+    ((300, 1000), jnp.float16, jnp.bfloat16),
+    ((2, 4, 512, 4), jnp.bfloat16, jnp.bfloat16),
+    ((0, 16), jnp.float32, jnp.float32),
+]
+
+for shape, x_dtype, w_dtype in CASES:
+    x = jax.random.normal(jax.random.key(0), shape, jnp.float32).astype(x_dtype)
+    weight = jnp.ones(shape[-1:], w_dtype)
+    y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    dx, dweight = pullback(jnp.ones_like(y))
+    jax.block_until_ready((y, dx, dweight))
+    print("ok", shape, jnp.dtype(x_dtype).name, jnp.dtype(w_dtype).name, flush=True)
