@@ -78,7 +78,7 @@ cmake_defines=()
 [ "$command_name" = test ] && cmake_defines+=("-Ccmake.define.GPU_OPS_WARNINGS_AS_ERRORS=ON")
 mkdir -p build
 build_log=build/gpu_ops_build.log
-if ! "$python" -m pip install --no-build-isolation --no-deps --editable . \
+if ! "$python" -m pip install --verbose --no-build-isolation --no-deps --editable . \
     -Cbuild.verbose=true "${cmake_defines[@]}" >"$build_log" 2>&1; then
   tail -n 40 "$build_log"; echo "(full log: $build_log)"
   false

@@ -22,11 +22,7 @@ tests_status=${PIPESTATUS[0]}
 sanitizer_status=0
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 # Check only gpu_ops' kernels (their mangled names contain the namespace).
-if compute-sanitizer --help 2>&1 | grep -q -- "--kernel-name"; then
-  only_ours=(--kernel-name kns=gpu_ops)
-else
-  only_ours=(--filter kns=gpu_ops)
-fi
+only_ours=(--kernel-name kns=gpu_ops)
 for tool in memcheck racecheck initcheck synccheck; do
   echo "== compute-sanitizer --tool $tool" | tee -a "$out/compute_sanitizer.log"
   compute-sanitizer --tool "$tool" --error-exitcode 99 \

@@ -26,7 +26,7 @@ py::dict Targets() {
   py::dict cuda;
   cuda["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCuda);
   cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
-  targets["cuda"] = cuda;
+  targets["CUDA"] = cuda;
 #endif
   return targets;
 }
@@ -36,8 +36,8 @@ py::dict Targets() {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "XLA FFI handlers for RMS normalisation (CPU and CUDA).";
   m.def("targets", &Targets,
-        "{platform: {target name: FFI handler capsule}} for every platform "
-        "compiled in.");
+        "{XLA platform name: {target name: FFI handler capsule}} for every "
+        "platform compiled in.");
 #ifdef GPU_OPS_WITH_CUDA
   m.attr("cuda_compiled") = true;
 #else
