@@ -83,7 +83,7 @@ if ! "$python" -m pip install --verbose --no-build-isolation --no-deps --editabl
   tail -n 40 "$build_log"; echo "(full log: $build_log)"
   false
 fi
-grep -E "gpu_ops: |warning" "$build_log" || true
+grep -E "gpu_ops: |warning:" "$build_log" || true
 "$python" -c 'import gpu_ops; print("gpu_ops built; CUDA kernels compiled in:", gpu_ops.CUDA_COMPILED)'
 
 if [ -f _config.yml ]; then
