@@ -17,7 +17,6 @@ partitioned functions to the per-shard primitives.
 from functools import partial
 
 import jax
-import jax.numpy as jnp
 from jax._src import dispatch
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.interpreters import mlir

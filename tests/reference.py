@@ -1,5 +1,6 @@
 """A float64 NumPy reference for RMS norm and its gradient, and tolerances."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -41,6 +42,17 @@ def vjp(x, weight, dy, eps=1e-5):
     dx = inv * (dyw - x * inv**2 * np.mean(dyw * x, axis=norm_axes, keepdims=True))
     dweight = np.sum(dy * x * inv, axis=row_axes)
     return dx, dweight
+
+
+def check_op(op, x, weight, dy, eps=1e-5):
+    """Run op(x, weight) and its VJP with cotangent dy; compare all three results."""
+    y, pullback = jax.vjp(op, x, weight)
+    assert y.shape == x.shape
+    assert_close(y, forward(x, weight, eps), weight.dtype, x.dtype)
+    dx, dweight = pullback(dy)
+    expected_dx, expected_dweight = vjp(x, weight, dy, eps)
+    assert_close(dx, expected_dx, x.dtype, x.dtype)
+    assert_close(dweight, expected_dweight, weight.dtype, x.dtype)
 
 
 def assert_close(actual, expected, dtype=None, x_dtype=None):

@@ -89,10 +89,14 @@ def test_weight_gradient_is_summed_across_devices():
     assert not any("f32[2,4,32]" in line for line in reductions), reductions
 
 
-def test_input_sharded_along_a_normalised_axis_is_still_right():
+@pytest.mark.parametrize("shape,w_ndim,x_spec", [
+    ((4, 8, 32), 2, P(None, "data")),
+    ((64,), 1, P("data")),  # a single row: nothing to split by rows
+], ids=str)
+def test_input_sharded_along_a_normalised_axis_is_still_right(shape, w_ndim, x_spec):
     mesh = _mesh((8,), ("data",))
-    x, weight = _data(shape=(4, 8, 32), w_ndim=2)
-    x_sharded = jax.device_put(x, NamedSharding(mesh, P(None, "data")))
+    x, weight = _data(shape=shape, w_ndim=w_ndim)
+    x_sharded = jax.device_put(x, NamedSharding(mesh, x_spec))
     w_sharded = jax.device_put(weight, NamedSharding(mesh, P("data")))
     single = _on(_devices()[0], x, weight)
     np.testing.assert_allclose(jax.jit(gpu_ops.rms_norm)(x_sharded, w_sharded),
