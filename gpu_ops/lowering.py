@@ -22,12 +22,11 @@ _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
 _backward_call = jax.ffi.ffi_lowering(ffi_targets.BACKWARD_TARGET)
 
 
-def _forward_lowering(ctx, x, weight, *, eps):
-    return _forward_call(ctx, x, weight, eps=np.float64(eps))
-
-
-def _backward_cpu_lowering(ctx, dy, inv_rms, x, weight, *, eps):
-    return _backward_call(ctx, dy, inv_rms, x, weight, eps=np.float64(eps))
+def _with_float64_eps(call):
+    """A lowering rule passing the primitive's eps as a float64 attribute."""
+    def lowering(ctx, *operands, eps):
+        return call(ctx, *operands, eps=np.float64(eps))
+    return lowering
 
 
 def _backward_cuda_lowering(ctx, dy, inv_rms, x, weight, *, eps):
@@ -42,13 +41,14 @@ def _backward_cuda_lowering(ctx, dy, inv_rms, x, weight, *, eps):
         inv_rms_dtype(x_aval.dtype),
     )
     ctx = ctx.replace(avals_out=[*ctx.avals_out, scratch])
-    dx, dweight, _ = _backward_call(
-        ctx, dy, inv_rms, x, weight, eps=np.float64(eps)
-    )
+    dx, dweight, _ = _with_float64_eps(_backward_call)(
+        ctx, dy, inv_rms, x, weight, eps=eps)
     return [dx, dweight]
 
 
 for _platform in ("cpu", "cuda"):
-    mlir.register_lowering(rms_norm_fwd_shard_p, _forward_lowering, platform=_platform)
-mlir.register_lowering(rms_norm_bwd_shard_p, _backward_cpu_lowering, platform="cpu")
+    mlir.register_lowering(
+        rms_norm_fwd_shard_p, _with_float64_eps(_forward_call), platform=_platform)
+mlir.register_lowering(
+    rms_norm_bwd_shard_p, _with_float64_eps(_backward_call), platform="cpu")
 mlir.register_lowering(rms_norm_bwd_shard_p, _backward_cuda_lowering, platform="cuda")

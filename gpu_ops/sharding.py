@@ -54,30 +54,34 @@ def _backward_rule(eps, mesh, operand_types, result_types):
     return rule, {"need_replication_factors": replicated}
 
 
-def _row_spec(mesh, x_info, weight_ndim):
-    """The mesh axes x's leading axes are sharded over (normalised axes: none)."""
-    lead = len(x_info.shape) - weight_ndim
-    spec = tuple(x_info.sharding.spec) + (None,) * len(x_info.shape)
-    return spec[:lead]
-
-
 def _mesh_axes(spec):
+    """The mesh axis names a PartitionSpec uses."""
     axes = []
     for entry in spec:
-        if entry is None:
-            continue
-        axes.extend(entry if isinstance(entry, tuple) else (entry,))
+        if entry is not None:
+            axes.extend(entry if isinstance(entry, tuple) else (entry,))
     return tuple(axes)
+
+
+def _row_shardings(mesh, x_info, weight_ndim):
+    """Shardings that keep x's row axes as they are and replicate the rest.
+
+    Returns the shardings of x, of inv_rms and of a replicated array, and the
+    mesh axes the rows are split over.
+    """
+    lead = len(x_info.shape) - weight_ndim
+    rows = (tuple(x_info.sharding.spec) + (None,) * lead)[:lead]
+    x_sharding = NamedSharding(mesh, PartitionSpec(*rows, *(None,) * weight_ndim))
+    inv_sharding = NamedSharding(mesh, PartitionSpec(*rows))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return x_sharding, inv_sharding, replicated, _mesh_axes(rows)
 
 
 def _forward_partition(eps, mesh, arg_infos, result_infos):
     del result_infos
     x_info, weight_info = arg_infos
-    weight_ndim = len(weight_info.shape)
-    rows = _row_spec(mesh, x_info, weight_ndim)
-    x_sharding = NamedSharding(mesh, PartitionSpec(*rows, *(None,) * weight_ndim))
-    inv_sharding = NamedSharding(mesh, PartitionSpec(*rows))
-    replicated = NamedSharding(mesh, PartitionSpec())
+    x_sharding, inv_sharding, replicated, _ = _row_shardings(
+        mesh, x_info, len(weight_info.shape))
 
     def per_shard(x, weight):
         return rms_norm_fwd_shard_p.bind(x, weight, eps=eps)
@@ -88,12 +92,8 @@ def _forward_partition(eps, mesh, arg_infos, result_infos):
 def _backward_partition(eps, mesh, arg_infos, result_infos):
     del result_infos
     x_info, weight_info = arg_infos[2], arg_infos[3]
-    weight_ndim = len(weight_info.shape)
-    rows = _row_spec(mesh, x_info, weight_ndim)
-    row_axes = _mesh_axes(rows)
-    x_sharding = NamedSharding(mesh, PartitionSpec(*rows, *(None,) * weight_ndim))
-    inv_sharding = NamedSharding(mesh, PartitionSpec(*rows))
-    replicated = NamedSharding(mesh, PartitionSpec())
+    x_sharding, inv_sharding, replicated, row_axes = _row_shardings(
+        mesh, x_info, len(weight_info.shape))
 
     def per_shard(dy, inv_rms, x, weight):
         dx, dweight = rms_norm_bwd_shard_p.bind(dy, inv_rms, x, weight, eps=eps)
