@@ -1,0 +1,170 @@
+"""Benchmark RMS norm implementations against XLA and the copy bandwidth.
+
+    python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N]
+
+Each case is timed on one device, in one run, for each implementation:
+forward alone ("fwd") and forward + backward through jax.vjp ("fwd_bwd").
+Timing: after a warm-up, `calls` back-to-back calls with one synchronisation
+at the end give one time per call; the median over `repeats` such runs is
+reported. Inputs are random; each implementation's results are checked
+against XLA's before it is timed. The device's copy bandwidth (read + write of
+a large buffer, by an elementwise negation) is measured in the same run.
+
+On a machine without a GPU it runs small sizes and says so: the CPU numbers
+show the method, not the kernels' speed.
+"""
+
+import argparse
+import datetime
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import gpu_ops
+
+GPU_CASES = [
+    *[(dtype, rows, row_len)
+      for dtype in ("bfloat16", "float32")
+      for rows in (16_384, 32_768)
+      for row_len in (1_024, 4_096, 8_192, 16_384)],
+    *[(dtype, 32, 512 * 512) for dtype in ("bfloat16", "float32")],  # the seed's (32, 512, 512)
+    *[(dtype, 512, 4_096) for dtype in ("bfloat16", "float32")],  # launch overhead dominates
+]
+CPU_CASES = [("bfloat16", 256, 1_024), ("float32", 256, 1_024), ("float32", 32, 16_384)]
+
+
+def xla_rms_norm(x, weight, eps=1e-5):
+    """RMS norm in jax.numpy, which XLA fuses: the baseline to beat."""
+    x32 = x.astype(jnp.float32)
+    inv = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (x32 * inv * weight.astype(jnp.float32)).astype(weight.dtype)
+
+
+# gpu_ops.rms_norm currently runs the kernels ported from the seed (apex).
+IMPLEMENTATIONS = {"apex_seed": gpu_ops.rms_norm, "xla": xla_rms_norm}
+
+
+def minimum_bytes(op, dtype, rows, row_len):
+    """Bytes the op must move (shared/DESIGN.md, performance method)."""
+    item = jnp.dtype(dtype).itemsize
+    matrix, vector, inv = rows * row_len * item, row_len * item, rows * 4
+    forward = 2 * matrix + vector + inv  # read x, w; write y, inv_rms
+    backward = 3 * matrix + 2 * vector + inv  # read dy, x, w, inv_rms; write dx, dw
+    return forward if op == "fwd" else forward + backward
+
+
+def per_call_seconds(fn, args, calls, repeats):
+    jax.block_until_ready(fn(*args))  # compile and warm up
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - start) / calls)
+    return statistics.median(times)
+
+
+def copy_gbps(device_bytes, calls, repeats):
+    x = jnp.ones(device_bytes // 4, jnp.float32)
+    seconds = per_call_seconds(jax.jit(jnp.negative), (x,), calls, repeats)
+    return 2 * x.nbytes / seconds / 1e9
+
+
+def op_functions(impl):
+    def fwd(x, weight, dy):
+        del dy
+        return impl(x, weight)
+
+    def fwd_bwd(x, weight, dy):
+        y, pullback = jax.vjp(impl, x, weight)
+        return (y, *pullback(dy))
+
+    return {"fwd": jax.jit(fwd), "fwd_bwd": jax.jit(fwd_bwd)}
+
+
+def run(cases, calls, repeats, copy_bytes):
+    device = jax.devices()[0]
+    common = {
+        "device": device.device_kind,
+        "jax_version": jax.__version__,
+        "commit": _commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    bandwidth = copy_gbps(copy_bytes, calls, repeats)
+    print(f"{device.device_kind}: copy bandwidth {bandwidth:.0f} GB/s", flush=True)
+    records = []
+    for dtype, rows, row_len in cases:
+        kx, kw, kd = jax.random.split(jax.random.key(0), 3)
+        x = jax.random.normal(kx, (rows, row_len), jnp.float32).astype(dtype)
+        weight = (1 + 0.1 * jax.random.normal(kw, (row_len,), jnp.float32)).astype(dtype)
+        dy = jax.random.normal(kd, (rows, row_len), jnp.float32).astype(dtype)
+        functions = {name: op_functions(impl) for name, impl in IMPLEMENTATIONS.items()}
+        for op in ("fwd", "fwd_bwd"):
+            expected = functions["xla"][op](x, weight, dy)
+            for name, fns in functions.items():
+                _check(fns[op](x, weight, dy), expected, name, op)
+                seconds = per_call_seconds(fns[op], (x, weight, dy), calls, repeats)
+                nbytes = minimum_bytes(op, dtype, rows, row_len)
+                record = {**common, "op": op, "impl": name, "dtype": dtype, "rows": rows,
+                          "row_len": row_len, "median_us": round(seconds * 1e6, 2),
+                          "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 1),
+                          "copy_gbps": round(bandwidth, 1)}
+                records.append(record)
+                print(f"{op:8} {name:10} {dtype:9} {rows:6} x {row_len:<7} "
+                      f"{record['median_us']:10.1f} us {record['gbps']:8.1f} GB/s "
+                      f"({record['gbps'] / bandwidth:.0%} of copy)", flush=True)
+    return records
+
+
+def _check(actual, expected, name, op):
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for a, e in zip(actual, expected):
+        a, e = np.asarray(a, np.float32), np.asarray(e, np.float32)
+        tol = 5e-2 * max(1.0, float(np.abs(e).max()))
+        if not np.allclose(a, e, rtol=5e-2, atol=tol):
+            raise AssertionError(f"{name} {op} disagrees with XLA before timing")
+
+
+def _commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def device_slug(kind):
+    return "".join(c if c.isalnum() else "-" for c in kind.lower()).strip("-")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path,
+                        help="JSON file (default: benchmarks/results/<device>.json)")
+    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--calls", type=int, default=20)
+    args = parser.parse_args(argv)
+    on_gpu = jax.default_backend() == "gpu"
+    if not on_gpu:
+        print("No GPU: running small CPU cases to show the method (not the kernels' speed).")
+    cases = GPU_CASES if on_gpu else CPU_CASES
+    copy_bytes = 1 << 30 if on_gpu else 1 << 26
+    records = run(cases, args.calls, args.repeats, copy_bytes)
+    out = args.out or (pathlib.Path(__file__).parent / "results"
+                       / f"{device_slug(records[0]['device'])}.json")
+    out.write_text(json.dumps(records, indent=1) + "\n")
+    print(f"wrote {len(records)} records to {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
