@@ -83,9 +83,7 @@ def _forward_partition(eps, mesh, arg_infos, result_infos):
     x_sharding, inv_sharding, replicated, _ = _row_shardings(
         mesh, x_info, len(weight_info.shape))
 
-    def per_shard(x, weight):
-        return rms_norm_fwd_shard_p.bind(x, weight, eps=eps)
-
+    per_shard = partial(_forward.fun, eps=eps)
     return mesh, per_shard, (x_sharding, inv_sharding), (x_sharding, replicated)
 
 
@@ -96,7 +94,7 @@ def _backward_partition(eps, mesh, arg_infos, result_infos):
         mesh, x_info, len(weight_info.shape))
 
     def per_shard(dy, inv_rms, x, weight):
-        dx, dweight = rms_norm_bwd_shard_p.bind(dy, inv_rms, x, weight, eps=eps)
+        dx, dweight = _backward.fun(dy, inv_rms, x, weight, eps)
         if row_axes:  # each device summed only its own rows
             total = jax.lax.psum(dweight.astype(inv_rms_dtype(x.dtype)), row_axes)
             dweight = total.astype(weight.dtype)
@@ -120,20 +118,17 @@ _forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule
 _backward.def_partition(partition=_backward_partition, sharding_rule=_backward_rule)
 
 
-def _forward_lowering(ctx, x, weight, *, eps):
-    return mlir.lower_fun(
-        lambda x, weight: _forward(x, weight, eps), multiple_results=True
-    )(ctx, x, weight)
+def _lowering_through(partitioned):
+    """A lowering rule that hands the operands to a custom_partitioning function."""
+    def lowering(ctx, *operands, eps):
+        return mlir.lower_fun(
+            lambda *args: partitioned(*args, eps), multiple_results=True
+        )(ctx, *operands)
+    return lowering
 
 
-def _backward_lowering(ctx, dy, inv_rms, x, weight, *, eps):
-    return mlir.lower_fun(
-        lambda *args: _backward(*args, eps), multiple_results=True
-    )(ctx, dy, inv_rms, x, weight)
-
-
-mlir.register_lowering(rms_norm_fwd_p, _forward_lowering)
-mlir.register_lowering(rms_norm_bwd_p, _backward_lowering)
+mlir.register_lowering(rms_norm_fwd_p, _lowering_through(_forward))
+mlir.register_lowering(rms_norm_bwd_p, _lowering_through(_backward))
 
 # custom_partitioning needs the device assignment while lowering; jit provides
 # it only to computations holding a primitive in this set. JAX adds its own
