@@ -3,12 +3,19 @@
     python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N]
 
 Each case is timed on one device, in one run, for each implementation:
-forward alone ("fwd") and forward + backward through jax.vjp ("fwd_bwd").
-Timing: after a warm-up, `calls` back-to-back calls with one synchronisation
-at the end give one time per call; the median over `repeats` such runs is
-reported. Inputs are random; each implementation's results are checked
-against XLA's before it is timed. The device's copy bandwidth (read + write of
-a large buffer, by an elementwise negation) is measured in the same run.
+gpu_ops' default (fast) kernels, the seed's apex-derived kernels (on a GPU)
+and XLA's fused jax.numpy version; forward alone ("fwd") and forward +
+backward through jax.vjp with a random cotangent ("fwd_bwd").
+
+Timing is on the device: one jitted call chains CHAIN applications of the op
+(each one's outputs are the next one's inputs, so none can be skipped or
+overlapped), `calls` such calls run back to back with one synchronisation at
+the end, and the time per op of the median of `repeats` such runs is
+reported, after a warm-up. Host dispatch is amortised over CHAIN * calls ops.
+Inputs are random; each implementation's results are checked against XLA's
+before it is timed. The device's copy bandwidth (read + write of a 1 GiB
+buffer, by a chained elementwise negation) is measured the same way in the
+same run.
 
 On a machine without a GPU it runs small sizes and says so: the CPU numbers
 show the method, not the kernels' speed.
@@ -47,8 +54,15 @@ def xla_rms_norm(x, weight, eps=1e-5):
     return (x32 * inv * weight.astype(jnp.float32)).astype(weight.dtype)
 
 
-# gpu_ops.rms_norm currently runs the kernels ported from the seed (apex).
-IMPLEMENTATIONS = {"apex_seed": gpu_ops.rms_norm, "xla": xla_rms_norm}
+CHAIN = 20
+
+
+def implementations(on_gpu):
+    impls = {"gpu_ops": gpu_ops.rms_norm, "xla": xla_rms_norm}
+    if on_gpu:  # the seed's kernels exist for CUDA only
+        from gpu_ops.apex_seed import rms_norm_apex_seed
+        impls["apex_seed"] = rms_norm_apex_seed
+    return impls
 
 
 def minimum_bytes(op, dtype, rows, row_len):
@@ -60,7 +74,17 @@ def minimum_bytes(op, dtype, rows, row_len):
     return forward if op == "fwd" else forward + backward
 
 
-def per_call_seconds(fn, args, calls, repeats):
+def chained(step):
+    """A jitted function applying step CHAIN times, each on the last one's outputs."""
+    def run(*args):
+        for _ in range(CHAIN):
+            args = step(*args)
+        return args
+    return jax.jit(run)
+
+
+def per_op_seconds(step, args, calls, repeats):
+    fn = chained(step)
     jax.block_until_ready(fn(*args))  # compile and warm up
     jax.block_until_ready(fn(*args))
     times = []
@@ -69,17 +93,18 @@ def per_call_seconds(fn, args, calls, repeats):
         for _ in range(calls):
             out = fn(*args)
         jax.block_until_ready(out)
-        times.append((time.perf_counter() - start) / calls)
+        times.append((time.perf_counter() - start) / (calls * CHAIN))
     return statistics.median(times)
 
 
 def copy_gbps(device_bytes, calls, repeats):
     x = jnp.ones(device_bytes // 4, jnp.float32)
-    seconds = per_call_seconds(jax.jit(jnp.negative), (x,), calls, repeats)
+    seconds = per_op_seconds(lambda a: (jnp.negative(a),), (x,), calls, repeats)
     return 2 * x.nbytes / seconds / 1e9
 
 
 def op_functions(impl):
+    """The two ops, as (what is checked, one step of the timed chain)."""
     def fwd(x, weight, dy):
         del dy
         return impl(x, weight)
@@ -88,10 +113,19 @@ def op_functions(impl):
         y, pullback = jax.vjp(impl, x, weight)
         return (y, *pullback(dy))
 
-    return {"fwd": jax.jit(fwd), "fwd_bwd": jax.jit(fwd_bwd)}
+    def fwd_step(x, weight, dy):
+        return fwd(x, weight, dy), weight, dy
+
+    def fwd_bwd_step(x, weight, dy):
+        y, dx, dweight = fwd_bwd(x, weight, dy)
+        # The next step reads all three results; adding 0 * dweight keeps the
+        # weight (and the values bounded) while making dweight necessary.
+        return y, weight + 0 * dweight, dx
+
+    return {"fwd": (jax.jit(fwd), fwd_step), "fwd_bwd": (jax.jit(fwd_bwd), fwd_bwd_step)}
 
 
-def run(cases, calls, repeats, copy_bytes):
+def run(cases, calls, repeats, copy_bytes, on_gpu):
     device = jax.devices()[0]
     common = {
         "device": device.device_kind,
@@ -107,12 +141,13 @@ def run(cases, calls, repeats, copy_bytes):
         x = jax.random.normal(kx, (rows, row_len), jnp.float32).astype(dtype)
         weight = (1 + 0.1 * jax.random.normal(kw, (row_len,), jnp.float32)).astype(dtype)
         dy = jax.random.normal(kd, (rows, row_len), jnp.float32).astype(dtype)
-        functions = {name: op_functions(impl) for name, impl in IMPLEMENTATIONS.items()}
+        functions = {name: op_functions(impl) for name, impl in implementations(on_gpu).items()}
         for op in ("fwd", "fwd_bwd"):
-            expected = functions["xla"][op](x, weight, dy)
+            expected = functions["xla"][op][0](x, weight, dy)
             for name, fns in functions.items():
-                _check(fns[op](x, weight, dy), expected, name, op)
-                seconds = per_call_seconds(fns[op], (x, weight, dy), calls, repeats)
+                checked, step = fns[op]
+                _check(checked(x, weight, dy), expected, name, op)
+                seconds = per_op_seconds(step, (x, weight, dy), calls, repeats)
                 nbytes = minimum_bytes(op, dtype, rows, row_len)
                 record = {**common, "op": op, "impl": name, "dtype": dtype, "rows": rows,
                           "row_len": row_len, "median_us": round(seconds * 1e6, 2),
@@ -152,14 +187,14 @@ def main(argv=None):
     parser.add_argument("--out", type=pathlib.Path,
                         help="JSON file (default: benchmarks/results/<device>.json)")
     parser.add_argument("--repeats", type=int, default=21)
-    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=2)
     args = parser.parse_args(argv)
     on_gpu = jax.default_backend() == "gpu"
     if not on_gpu:
         print("No GPU: running small CPU cases to show the method (not the kernels' speed).")
     cases = GPU_CASES if on_gpu else CPU_CASES
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
-    records = run(cases, args.calls, args.repeats, copy_bytes)
+    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu)
     out = args.out or (pathlib.Path(__file__).parent / "results"
                        / f"{device_slug(records[0]['device'])}.json")
     out.write_text(json.dumps(records, indent=1) + "\n")

@@ -15,6 +15,6 @@ for _platform, _targets in _native.targets().items():
         jax.ffi.register_ffi_target(_name, _capsule, platform=_platform)
 
 
-def dweight_partial_rows(rows: int) -> int:
+def dweight_partial_rows(rows: int, row_length: int) -> int:
     """Height of the scratch matrix the CUDA backward sums the weight gradient in."""
-    return _native.dweight_partial_rows(rows)
+    return _native.dweight_partial_rows(rows, row_length)

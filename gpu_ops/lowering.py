@@ -37,7 +37,7 @@ def _backward_cuda_lowering(ctx, dy, inv_rms, x, weight, *, eps):
     row_length = math.prod(weight_aval.shape)
     rows = math.prod(x_aval.shape) // row_length
     scratch = ShapedArray(
-        (ffi_targets.dweight_partial_rows(rows), row_length),
+        (ffi_targets.dweight_partial_rows(rows, row_length), row_length),
         inv_rms_dtype(x_aval.dtype),
     )
     ctx = ctx.replace(avals_out=[*ctx.avals_out, scratch])

@@ -20,7 +20,7 @@ def test_harness_writes_records(tmp_path):
     out = tmp_path / "results.json"
     bench.main(["--out", str(out), "--repeats", "1", "--calls", "1"])
     records = json.loads(out.read_text())
-    assert {r["impl"] for r in records} == {"apex_seed", "xla"}
+    assert {r["impl"] for r in records} == {"gpu_ops", "xla"}
     assert {r["op"] for r in records} == {"fwd", "fwd_bwd"}
     for r in records:
         assert set(r) == FIELDS

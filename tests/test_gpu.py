@@ -71,3 +71,37 @@ def test_more_than_two_to_the_31_elements():
     expected = jnp.sum(dy.astype(jnp.float32) * x32 * inv, axis=0)
     np.testing.assert_allclose(np.asarray(dweight, np.float32), np.asarray(expected),
                                rtol=2e-2, atol=2e-2 * float(jnp.abs(expected).max()))
+
+
+# Shapes that take each launch shape of the fast kernels (several rows per
+# block, one block per row, a cluster of blocks per row) and the rows they do
+# not cover (row length not a whole number of 16-byte vectors, mixed dtypes,
+# float64), which fall back to the seed's kernels.
+KERNEL_PATH_CASES = [
+    (dtype, row_length)
+    for dtype in (jnp.bfloat16, jnp.float16, jnp.float32)
+    for row_length in (8, 1_024, 8_192, 16_384, 262_144)
+] + [(jnp.bfloat16, 1_000), (jnp.float32, 6), (jnp.float64, 1_024)]
+
+
+@pytest.mark.parametrize("dtype,row_length", KERNEL_PATH_CASES)
+def test_every_kernel_path(dtype, row_length):
+    kx, kw, kd = jax.random.split(jax.random.key(3), 3)
+    shape = (67, row_length)  # 67 rows: no multiple of any team or segment count
+    x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
+    weight = (1 + 0.3 * jax.random.normal(kw, (row_length,), jnp.float32)).astype(dtype)
+    dy = jax.random.normal(kd, shape, jnp.float32).astype(dtype)
+    reference.check_op(gpu_ops.rms_norm, x, weight, dy)
+
+
+@pytest.mark.parametrize("dtype,row_length", [(jnp.bfloat16, 4_096), (jnp.float32, 1_000)])
+def test_seed_kernels_stay_callable(dtype, row_length):
+    from gpu_ops.apex_seed import rms_norm_apex_seed
+
+    kx, kd = jax.random.split(jax.random.key(4))
+    x = jax.random.normal(kx, (300, row_length), jnp.float32).astype(dtype)
+    weight = jnp.linspace(0.5, 1.5, row_length, dtype=dtype)
+    dy = jax.random.normal(kd, x.shape, jnp.float32).astype(dtype)
+    reference.check_op(jax.jit(rms_norm_apex_seed), x, weight, dy)
+    hlo = jax.jit(rms_norm_apex_seed).lower(x, weight).compile().as_text()
+    assert 'custom_call_target="gpu_ops_rms_norm_fwd_apex_seed"' in hlo

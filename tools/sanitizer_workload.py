@@ -14,6 +14,11 @@ CASES = [
     ((300, 1000), jnp.float16, jnp.bfloat16),
     ((2, 4, 512, 4), jnp.bfloat16, jnp.bfloat16),
     ((0, 16), jnp.float32, jnp.float32),
+    # the fast kernels: several rows per block, a block per row, a cluster per row
+    ((67, 1024), jnp.bfloat16, jnp.bfloat16),
+    ((67, 16384), jnp.bfloat16, jnp.bfloat16),
+    ((5, 262144), jnp.bfloat16, jnp.bfloat16),
+    ((9, 2048), jnp.float32, jnp.float32),
 ]
 
 for shape, x_dtype, w_dtype in CASES:

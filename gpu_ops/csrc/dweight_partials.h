@@ -13,12 +13,16 @@
 
 namespace gpu_ops {
 
-// About 256 rows per segment, between 1 and 1024 segments.
-inline int64_t DweightPartialRows(int64_t rows) {
-  constexpr int64_t kRowsPerSegment = 256;
+// Enough segments to keep a GPU's threads busy (one thread team per segment)
+// and few enough that the scratch matrix stays a few percent of the traffic:
+// about 2M elements of the scratch matrix, at most 1024 segments and at most
+// one per row.
+inline int64_t DweightPartialRows(int64_t rows, int64_t row_length) {
+  constexpr int64_t kScratchElements = int64_t{1} << 21;
   constexpr int64_t kMaxSegments = 1024;
-  return std::clamp<int64_t>((rows + kRowsPerSegment - 1) / kRowsPerSegment,
-                             1, kMaxSegments);
+  const int64_t wanted = kScratchElements / std::max<int64_t>(row_length, 1);
+  return std::clamp<int64_t>(std::min({wanted, kMaxSegments, rows}), 1,
+                             kMaxSegments);
 }
 
 }  // namespace gpu_ops

@@ -26,6 +26,10 @@ py::dict Targets() {
   py::dict cuda;
   cuda["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCuda);
   cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
+  cuda["gpu_ops_rms_norm_fwd_apex_seed"] =
+      Capsule(gpu_ops::RmsNormForwardCudaApexSeed);
+  cuda["gpu_ops_rms_norm_bwd_apex_seed"] =
+      Capsule(gpu_ops::RmsNormBackwardCudaApexSeed);
   targets["CUDA"] = cuda;
 #endif
   return targets;
@@ -44,5 +48,6 @@ PYBIND11_MODULE(_native, m) {
   m.attr("cuda_compiled") = false;
 #endif
   m.def("dweight_partial_rows", &gpu_ops::DweightPartialRows, py::arg("rows"),
+        py::arg("row_length"),
         "Height of the CUDA backward's weight-gradient scratch matrix.");
 }

@@ -20,6 +20,9 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCpu);
 #ifdef GPU_OPS_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
+// The seed's kernels alone, the baseline the benchmarks compare with.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCudaApexSeed);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCudaApexSeed);
 #endif
 
 }  // namespace gpu_ops

@@ -1,0 +1,76 @@
+// Helpers shared by the CUDA kernels: conversions between the storage types
+// and the accumulation type, launch-size arithmetic and error reporting.
+#ifndef GPU_OPS_CUDA_COMMON_CUH_
+#define GPU_OPS_CUDA_COMMON_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace gpu_ops {
+
+namespace ffi = xla::ffi;
+
+constexpr int kWarpSize = 32;
+
+// Loading any storage type as the accumulation type A.
+template <typename A>
+__device__ __forceinline__ A ToAcc(float v) { return static_cast<A>(v); }
+template <typename A>
+__device__ __forceinline__ A ToAcc(double v) { return static_cast<A>(v); }
+template <typename A>
+__device__ __forceinline__ A ToAcc(__half v) {
+  return static_cast<A>(__half2float(v));
+}
+template <typename A>
+__device__ __forceinline__ A ToAcc(__nv_bfloat16 v) {
+  return static_cast<A>(__bfloat162float(v));
+}
+
+// Storing an accumulator (float or double) as storage type T, rounding once.
+template <typename T>
+struct Storage {
+  template <typename A>
+  __device__ static T From(A v) { return static_cast<T>(v); }
+};
+template <>
+struct Storage<__half> {
+  __device__ static __half From(float v) { return __float2half_rn(v); }
+  __device__ static __half From(double v) { return __double2half(v); }
+};
+template <>
+struct Storage<__nv_bfloat16> {
+  __device__ static __nv_bfloat16 From(float v) {
+    return __float2bfloat16_rn(v);
+  }
+  __device__ static __nv_bfloat16 From(double v) {
+    return __double2bfloat16(v);
+  }
+};
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline unsigned GridSize(int64_t blocks_wanted, int64_t cap) {
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks_wanted, 1, cap));
+}
+
+inline ffi::Error CudaStatus(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return ffi::Error::Success();
+  return ffi::Error::Internal(std::string("gpu_ops rms_norm: ") + what +
+                              " failed: " + cudaGetErrorString(status));
+}
+
+// The error of the last kernel launch, if any.
+inline ffi::Error CheckLaunch(const char* kernel) {
+  return CudaStatus(cudaGetLastError(), kernel);
+}
+
+}  // namespace gpu_ops
+
+#endif  // GPU_OPS_CUDA_COMMON_CUH_

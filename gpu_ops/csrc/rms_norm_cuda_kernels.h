@@ -1,0 +1,50 @@
+// The two CUDA implementations behind the handlers in rms_norm_cuda.cu.
+//
+// - The fast kernels (rms_norm_fast.cu), the default: 16-byte loads and
+//   stores, each row held in registers so x is read once, a thread block (or
+//   a cluster of blocks, for long rows) per row, and a one-pass backward.
+//   They cover x and weight of one dtype (float16, bfloat16 or float32) with
+//   a row length that fills whole 16-byte vectors; TryFast* returns nullopt
+//   for anything else.
+// - The seed tutorial's kernels (rms_norm_apex_seed.cu), derived from NVIDIA
+//   apex: every dtype pair and row length. They run what the fast kernels do
+//   not cover, and stay selectable on their own as the comparison baseline.
+//
+// Buffers have been validated (rms_norm_checks.h) and rows > 0.
+#ifndef GPU_OPS_RMS_NORM_CUDA_KERNELS_H_
+#define GPU_OPS_RMS_NORM_CUDA_KERNELS_H_
+
+#include <cuda_runtime.h>
+
+#include <optional>
+
+#include "rms_norm_checks.h"
+
+namespace gpu_ops {
+
+struct ForwardBuffers {
+  ffi::AnyBuffer x, w;        // inputs
+  ffi::AnyBuffer y, inv_rms;  // results
+};
+
+struct BackwardBuffers {
+  ffi::AnyBuffer dy, inv_rms, x, w;  // inputs
+  ffi::AnyBuffer dx, dw;             // results
+  ffi::AnyBuffer partials;           // scratch: (num_partials, row_length)
+};
+
+ffi::Error ApexSeedForward(cudaStream_t stream, const ForwardBuffers& b,
+                           RowGeometry g, double eps);
+ffi::Error ApexSeedBackward(cudaStream_t stream, const BackwardBuffers& b,
+                            RowGeometry g);
+
+std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
+                                         const ForwardBuffers& b,
+                                         RowGeometry g, double eps);
+std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
+                                          const BackwardBuffers& b,
+                                          RowGeometry g);
+
+}  // namespace gpu_ops
+
+#endif  // GPU_OPS_RMS_NORM_CUDA_KERNELS_H_
