@@ -75,10 +75,14 @@ def minimum_bytes(op, dtype, rows, row_len):
 
 
 def chained(step):
-    """A jitted function applying step CHAIN times, each on the last one's outputs."""
+    """A jitted function applying step CHAIN times, each on the last one's outputs.
+
+    The optimisation barrier keeps XLA from fusing one step into the next, so
+    every step reads its inputs from and writes its outputs to memory.
+    """
     def run(*args):
         for _ in range(CHAIN):
-            args = step(*args)
+            args = jax.lax.optimization_barrier(step(*args))
         return args
     return jax.jit(run)
 

@@ -301,12 +301,13 @@ __global__ void __launch_bounds__(kSumColumns* kSumLanes)
   }
 }
 
-// The smallest cluster, then the fewest vectors per thread, that fit a row of
-// `row_vectors` into at most 1024 threads per block.
+// The smallest cluster, then the most vectors per thread (loads in flight are
+// what keeps memory busy), that fit a row of `row_vectors` into at most 1024
+// threads per block.
 std::optional<Shape> PickShape(int64_t row_vectors, int max_vectors,
                                int max_cluster) {
   for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
-    for (int vectors = 1; vectors <= max_vectors; vectors *= 2) {
+    for (int vectors = max_vectors; vectors >= 1; vectors /= 2) {
       const int64_t threads =
           CeilDiv(CeilDiv(row_vectors, int64_t{cluster} * vectors), kWarpSize) *
           kWarpSize;
