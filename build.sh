@@ -86,15 +86,17 @@ fi
 grep -E "gpu_ops: |warning:" "$build_log" || true
 "$python" -c 'import gpu_ops; print("gpu_ops built; CUDA kernels compiled in:", gpu_ops.CUDA_COMPILED)'
 
-if [ -f _config.yml ]; then
-  step "Building the book (HTML, offline, warnings are errors)"
-  "$python" -m jupyter_book build . --warningiserror --keep-going --quiet
-  echo "The book is at $(pwd)/_build/html/index.html"
-fi
+step "Building the book (HTML, offline, warnings are errors)"
+"$python" -c 'import sys; from jupyter_book.cli.main import main; sys.exit(main())' \
+  build . --warningiserror --keep-going --quiet
+echo "The book is at $(pwd)/_build/html/index.html"
 
 if [ "$command_name" = test ]; then
   step "Running the test suite"
   "$python" -m pytest -q
+  step "Re-executing every chapter and comparing its outputs (nbval)"
+  "$python" -m pytest -q -p no:cacheprovider --nbval chapters \
+    --nbval-sanitize-with chapters/nbval_sanitize.cfg
 fi
 current_step="done"
 echo

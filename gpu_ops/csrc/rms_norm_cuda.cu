@@ -18,6 +18,7 @@ namespace {
 
 enum class Kernels { kFast, kApexSeed };
 
+// [forward-handler]
 template <Kernels kKernels>
 ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
                        ffi::Result<ffi::AnyBuffer> y,
@@ -36,6 +37,7 @@ ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
   }
   return ApexSeedForward(stream, buffers, g, eps);
 }
+// [forward-handler-end]
 
 ffi::Error CheckPartials(const ffi::AnyBuffer& partials, ffi::DataType x_type,
                          RowGeometry g) {
@@ -78,6 +80,7 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
   return ApexSeedBackward(stream, buffers, g);
 }
 
+// [forward-binding]
 auto ForwardBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
@@ -87,6 +90,7 @@ auto ForwardBinding() {
       .Ret<ffi::AnyBuffer>()  // inv_rms
       .Attr<double>("eps");
 }
+// [forward-binding-end]
 
 auto BackwardBinding() {
   return ffi::Ffi::Bind()
@@ -103,6 +107,7 @@ auto BackwardBinding() {
 
 }  // namespace
 
+// [handler-symbols]
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCuda, ForwardCuda<Kernels::kFast>,
                               ForwardBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda,
@@ -113,5 +118,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCudaApexSeed,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCudaApexSeed,
                               BackwardCuda<Kernels::kApexSeed>,
                               BackwardBinding());
+// [handler-symbols-end]
 
 }  // namespace gpu_ops

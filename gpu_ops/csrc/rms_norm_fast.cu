@@ -127,6 +127,7 @@ __device__ float TeamSum(float v, const Shape& s, float* warp_sums,
   return total;
 }
 
+// [forward-kernel]
 template <typename T, int kVectors>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     FastForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
@@ -184,6 +185,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   }
   LeaveCluster(shape);
 }
+// [forward-kernel-end]
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Team i of the grid takes the rows of segment i (rows_per_partial of them)

@@ -1,0 +1,93 @@
+"""The book: sources and executed notebooks agree, and the built HTML is whole.
+
+The HTML checks need `./build.sh` (or `jupyter-book build .`) to have run.
+"""
+
+import json
+import pathlib
+import re
+
+import jupytext
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).parents[1]
+SOURCES = sorted((ROOT / "chapters").glob("*.md"))
+HTML = ROOT / "_build" / "html"
+
+
+def _cells(notebook):
+    return [(c.cell_type, c.source.strip()) for c in notebook.cells]
+
+
+def test_every_chapter_has_a_notebook():
+    assert SOURCES
+    for source in SOURCES:
+        assert source.with_suffix(".ipynb").exists(), f"run tools/execute_chapters.py {source}"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_notebook_matches_its_source_and_is_executed(source):
+    notebook = jupytext.read(source.with_suffix(".ipynb"))
+    assert _cells(notebook) == _cells(jupytext.read(source)), (
+        f"{source.name} changed since it was executed: run tools/execute_chapters.py")
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert cell.execution_count is not None, f"unexecuted cell in {source.name}"
+            errors = [o for o in cell.outputs if o.output_type == "error"]
+            if "raises-exception" not in cell.metadata.get("tags", []):
+                assert not errors, f"error output in {source.name}: {cell.source[:60]}"
+            else:
+                assert errors, f"a raises-exception cell in {source.name} did not raise"
+
+
+def test_listing_appendix_includes_every_source_file():
+    listing = (ROOT / "appendices" / "listing.md").read_text()
+    for path in (ROOT / "gpu_ops").rglob("*"):
+        if path.suffix in {".py", ".cc", ".cu", ".h", ".cuh"} and "__pycache__" not in path.parts:
+            assert f"../{path.relative_to(ROOT)}" in listing, path
+
+
+def _toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc["parts"]:
+        files += [chapter["file"] for chapter in part["chapters"]]
+    return files
+
+
+def _built():
+    if not (HTML / "index.html").exists():
+        pytest.fail("no built book in _build/html: run ./build.sh first")
+    return HTML
+
+
+def test_every_toc_page_is_built():
+    html = _built()
+    for name in _toc_files():
+        assert (html / f"{name}.html").exists(), name
+
+
+def test_every_image_exists():
+    html = _built()
+    for page in html.rglob("*.html"):
+        for src in re.findall(r'<img[^>]+src="([^"]+)"', page.read_text()):
+            if not src.startswith(("http:", "https:", "data:")):
+                assert (page.parent / src).exists(), f"{page.name}: {src}"
+
+
+def test_no_error_output_outside_raises_exception_cells():
+    html = _built()
+    for name in _toc_files():
+        page = (html / f"{name}.html").read_text()
+        # a cell's div starts with class="cell " (cell_input and cell_output are inside)
+        for cell in re.split(r'(?=<div class="cell )', page)[1:]:
+            if "output traceback" in cell or 'class="output error' in cell:
+                assert "tag_raises-exception" in cell, f"error output in {name}"
+
+
+def test_figures_have_captions():
+    html = _built()
+    for name in ("chapters/01_kernels_and_ffi", "chapters/08_performance"):
+        page = (html / f"{name}.html").read_text()
+        assert "<figcaption" in page and "<img" in page, name
