@@ -129,7 +129,8 @@ def op_functions(impl):
     return {"fwd": (jax.jit(fwd), fwd_step), "fwd_bwd": (jax.jit(fwd_bwd), fwd_bwd_step)}
 
 
-def run(cases, calls, repeats, copy_bytes, on_gpu):
+def run(cases, calls, repeats, copy_bytes, on_gpu, out):
+    """Measure every case; rewrite `out` after each one, so a cut-off run keeps its data."""
     device = jax.devices()[0]
     common = {
         "device": device.device_kind,
@@ -158,6 +159,7 @@ def run(cases, calls, repeats, copy_bytes, on_gpu):
                           "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 1),
                           "copy_gbps": round(bandwidth, 1)}
                 records.append(record)
+                out.write_text(json.dumps(records, indent=1) + "\n")
                 print(f"{op:8} {name:10} {dtype:9} {rows:6} x {row_len:<7} "
                       f"{record['median_us']:10.1f} us {record['gbps']:8.1f} GB/s "
                       f"({record['gbps'] / bandwidth:.0%} of copy)", flush=True)
@@ -198,10 +200,9 @@ def main(argv=None):
         print("No GPU: running small CPU cases to show the method (not the kernels' speed).")
     cases = GPU_CASES if on_gpu else CPU_CASES
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
-    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu)
     out = args.out or (pathlib.Path(__file__).parent / "results"
-                       / f"{device_slug(records[0]['device'])}.json")
-    out.write_text(json.dumps(records, indent=1) + "\n")
+                       / f"{device_slug(jax.devices()[0].device_kind)}.json")
+    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out)
     print(f"wrote {len(records)} records to {out}")
 
 
