@@ -1,5 +1,7 @@
 """Registers the native FFI handlers with XLA, once per platform."""
 
+import math
+
 import jax
 
 from gpu_ops import _native
@@ -18,3 +20,10 @@ for _platform, _targets in _native.targets().items():
 def dweight_partial_rows(rows: int, row_length: int) -> int:
     """Height of the scratch matrix the CUDA backward sums the weight gradient in."""
     return _native.dweight_partial_rows(rows, row_length)
+
+
+def dweight_partials_shape(x_shape, weight_shape):
+    """Shape of that scratch matrix for x and weight of these shapes."""
+    row_length = math.prod(weight_shape)
+    rows = math.prod(x_shape) // row_length
+    return (dweight_partial_rows(rows, row_length), row_length)

@@ -4,8 +4,6 @@
 declare ``Attr<double>("eps")``), so no opaque descriptor is needed.
 """
 
-import math
-
 import numpy as np
 import jax
 from jax.core import ShapedArray
@@ -34,10 +32,8 @@ def _backward_cuda_lowering(ctx, dy, inv_rms, x, weight, *, eps):
     # matrix for the first; it is an extra result of the custom call that the
     # primitive does not expose.
     x_aval, weight_aval = ctx.avals_in[2], ctx.avals_in[3]
-    row_length = math.prod(weight_aval.shape)
-    rows = math.prod(x_aval.shape) // row_length
     scratch = ShapedArray(
-        (ffi_targets.dweight_partial_rows(rows, row_length), row_length),
+        ffi_targets.dweight_partials_shape(x_aval.shape, weight_aval.shape),
         inv_rms_dtype(x_aval.dtype),
     )
     ctx = ctx.replace(avals_out=[*ctx.avals_out, scratch])
