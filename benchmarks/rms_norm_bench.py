@@ -135,7 +135,7 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out):
     common = {
         "device": device.device_kind,
         "jax_version": jax.__version__,
-        "commit": _commit(),
+        "commit": commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     bandwidth = copy_gbps(copy_bytes, calls, repeats)
@@ -176,7 +176,7 @@ def _check(actual, expected, name, op):
             raise AssertionError(f"{name} {op} disagrees with XLA before timing")
 
 
-def _commit():
+def commit():
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()

@@ -7,16 +7,21 @@ import pathlib
 import jax
 import pytest
 
-HARNESS = pathlib.Path(__file__).parents[1] / "benchmarks" / "rms_norm_bench.py"
+BENCHMARKS = pathlib.Path(__file__).parents[1] / "benchmarks"
 FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "rows",
           "row_len", "median_us", "bytes", "gbps", "copy_gbps"}
 
 
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
 def test_harness_writes_records(tmp_path):
-    spec = importlib.util.spec_from_file_location("rms_norm_bench", HARNESS)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _load("rms_norm_bench")
     out = tmp_path / "results.json"
     bench.main(["--out", str(out), "--repeats", "1", "--calls", "1"])
     records = json.loads(out.read_text())
@@ -25,3 +30,20 @@ def test_harness_writes_records(tmp_path):
     for r in records:
         assert set(r) == FIELDS
         assert r["median_us"] > 0 and r["gbps"] == pytest.approx(r["bytes"] / r["median_us"] / 1e3, rel=0.01, abs=0.06)
+
+
+MULTI_FIELDS = {"device", "jax_version", "commit", "date", "dtype", "rows", "row_len",
+                "num_devices", "variant", "op", "median_us"}
+
+
+def test_multi_device_harness_writes_records(tmp_path):
+    bench = _load("multi_gpu_bench")
+    out = tmp_path / "multi.json"
+    bench.main(["--out", str(out), "--repeats", "1", "--rows", "16", "--row-len", "128"])
+    records = json.loads(out.read_text())
+    counts = [n for n in (1, 2, 4, 8) if n <= len(jax.devices() if jax.default_backend() == "gpu"
+                                                   else jax.devices("cpu"))]
+    assert {(r["num_devices"], r["variant"], r["op"]) for r in records} == {
+        (n, v, op) for n in counts for v in bench.VARIANTS for op in ("fwd", "fwd_bwd")}
+    for r in records:
+        assert set(r) == MULTI_FIELDS and r["median_us"] > 0

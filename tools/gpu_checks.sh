@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU evidence run (shared/GPU.md): build with CUDA from a clean tree, the
-# whole test suite on the GPU, and compute-sanitizer on forward and backward.
+# whole test suite on the GPU, compute-sanitizer on forward and backward, and
+# every chapter executed (tools/execute_chapters.py --check-only).
 # Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
+# GPU machines have no jupyter-book, so the book build and nbval are skipped;
+# the Jupyter packages the chapters need may come as wheels in .whl/.
 set -uo pipefail
 out=${1:?usage: tools/gpu_checks.sh OUTDIR}
 mkdir -p "$out"
@@ -16,8 +19,16 @@ export PYTHONUNBUFFERED=1
 cat "$out/environment.txt"
 
 rm -rf build
-GPU_OPS_NO_VENV=1 CUDA_ARCH=${CUDA_ARCH:-90} ./build.sh test 2>&1 | tee "$out/build_and_tests.log"
+GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} ./build.sh test 2>&1 |
+  tee "$out/build_and_tests.log"
 tests_status=${PIPESTATUS[0]}
+
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu_ops_site .whl/*.whl
+  export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
+fi
+(cd chapters && python3 ../tools/execute_chapters.py --check-only) 2>&1 | tee "$out/chapters.log"
+chapters_status=${PIPESTATUS[0]}
 
 sanitizer_status=0
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -35,5 +46,5 @@ for tool in memcheck racecheck initcheck synccheck; do
   echo "== $tool exit status: $status" | tee -a "$out/compute_sanitizer.log"
   [ "$status" = 0 ] || sanitizer_status=1
 done
-echo "tests: $tests_status, sanitizer: $sanitizer_status"
-exit $(( tests_status || sanitizer_status ))
+echo "tests: $tests_status, chapters: $chapters_status, sanitizer: $sanitizer_status"
+exit $(( tests_status || chapters_status || sanitizer_status ))

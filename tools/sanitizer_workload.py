@@ -19,6 +19,9 @@ CASES = [
     ((67, 16384), jnp.bfloat16, jnp.bfloat16),
     ((5, 262144), jnp.bfloat16, jnp.bfloat16),
     ((9, 2048), jnp.float32, jnp.float32),
+    # more rows than the GPU holds teams for: every team loops through its ring
+    ((40_009, 1024), jnp.bfloat16, jnp.bfloat16),
+    ((3001, 4096), jnp.float32, jnp.float32),
 ]
 
 for shape, x_dtype, w_dtype in CASES:

@@ -1,0 +1,95 @@
+// Scratch microbenchmark: times TryFastForward / TryFastBackward of one
+// variant of rms_norm_fast.cu with CUDA events.
+#include "rms_norm_fast.cu"
+#include "dweight_partials.h"
+#include <cstdio>
+#include <vector>
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
+using namespace gpu_ops;
+
+struct Buf {
+  XLA_FFI_Buffer raw;
+  int64_t dims[2];
+  Buf(XLA_FFI_DataType t, void* data, std::vector<int64_t> d) {
+    memset(&raw, 0, sizeof(raw));
+    raw.struct_size = sizeof(raw);
+    raw.dtype = t; raw.data = data; raw.rank = d.size();
+    for (size_t i = 0; i < d.size(); ++i) dims[i] = d[i];
+    raw.dims = dims;
+  }
+  ffi::AnyBuffer any() { return ffi::AnyBuffer(&raw); }
+};
+
+__global__ void Fill(uint16_t* p, int64_t n, uint32_t seed, bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed; h ^= h >> 13; h *= 0x5bd1e995; h ^= h >> 15;
+    float v = ((h & 0xffff) / 65536.0f - 0.5f) * 4;
+    p[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16(v)) : 0;
+  }
+}
+__global__ void FillF(float* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed; h ^= h >> 13; h *= 0x5bd1e995; h ^= h >> 15;
+    p[i] = ((h & 0xffff) / 65536.0f - 0.5f) * 4;
+  }
+}
+
+double TimeUs(std::function<void()> f) {
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  for (int i = 0; i < 5; ++i) f();
+  std::vector<float> t;
+  for (int r = 0; r < 21; ++r) {
+    cudaEventRecord(a);
+    for (int i = 0; i < 20; ++i) f();
+    cudaEventRecord(b); cudaEventSynchronize(b);
+    float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms * 1000 / 20);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  const char* label = argc > 1 ? argv[1] : "?";
+  size_t copy_bytes = size_t{1} << 30;
+  void *ca, *cb; cudaMalloc(&ca, copy_bytes); cudaMalloc(&cb, copy_bytes);
+  double copy_us = TimeUs([&] { cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice); });
+  double copy_gbps = 2.0 * copy_bytes / copy_us / 1e3;
+  cudaFree(ca); cudaFree(cb);
+  printf("%s copy %.0f GB/s\n", label, copy_gbps);
+  struct Case { bool bf16; int64_t rows, len; };
+  std::vector<Case> cases;
+  for (bool bf : {true, false}) for (int64_t r : {16384, 32768}) for (int64_t l : {1024, 4096, 8192, 16384}) cases.push_back({bf, r, l});
+  cases.push_back({true, 32, 262144}); cases.push_back({false, 32, 262144});
+  cases.push_back({true, 512, 4096}); cases.push_back({false, 512, 4096});
+  for (auto c : cases) {
+    if (argc > 4 && (std::string(argv[2]) != (c.bf16 ? "bf16" : "f32") || atol(argv[3]) != c.rows || atol(argv[4]) != c.len)) continue;
+    const int item = c.bf16 ? 2 : 4;
+    const XLA_FFI_DataType t = c.bf16 ? XLA_FFI_DataType_BF16 : XLA_FFI_DataType_F32;
+    const int64_t n = c.rows * c.len;
+    void *x, *w, *y, *dy, *dx, *dw, *inv, *part;
+    const int64_t np = DweightPartialRows(c.rows, c.len);
+    cudaMalloc(&x, n * item); cudaMalloc(&y, n * item); cudaMalloc(&dy, n * item); cudaMalloc(&dx, n * item);
+    cudaMalloc(&w, c.len * item); cudaMalloc(&dw, c.len * item); cudaMalloc(&inv, c.rows * 4); cudaMalloc(&part, np * c.len * 4);
+    if (c.bf16) { Fill<<<1024, 256>>>((uint16_t*)x, n, 1, true); Fill<<<1024, 256>>>((uint16_t*)dy, n, 2, true); Fill<<<64, 256>>>((uint16_t*)w, c.len, 3, true); }
+    else { FillF<<<1024, 256>>>((float*)x, n, 1); FillF<<<1024, 256>>>((float*)dy, n, 2); FillF<<<64, 256>>>((float*)w, c.len, 3); }
+    Buf bx(t, x, {c.rows, c.len}), bw(t, w, {c.len}), by(t, y, {c.rows, c.len}), binv(XLA_FFI_DataType_F32, inv, {c.rows});
+    Buf bdy(t, dy, {c.rows, c.len}), bdx(t, dx, {c.rows, c.len}), bdw(t, dw, {c.len}), bpart(XLA_FFI_DataType_F32, part, {np, c.len});
+    ForwardBuffers fb{bx.any(), bw.any(), by.any(), binv.any()};
+    BackwardBuffers bb{bdy.any(), binv.any(), bx.any(), bw.any(), bdx.any(), bdw.any(), bpart.any()};
+    RowGeometry g{c.rows, c.len};
+    bool fast_f = true, fast_b = true;
+    double fus = TimeUs([&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } });
+    double bus = TimeUs([&] { auto r = TryFastBackward(0, bb, g); if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } });
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) { printf("CUDA error %s\n", cudaGetErrorString(e)); exit(1); }
+    double fbytes = 2.0 * n * item, bbytes = 3.0 * n * item;
+    printf("%s %s %6ld x %-7ld fwd %8.1f us %6.0f GB/s %3.0f%%%s | bwd %8.1f us %6.0f GB/s %3.0f%%%s\n", label, c.bf16 ? "bf16" : "f32 ",
+           (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? "" : " (fallback)",
+           bus, bbytes / bus / 1e3, 100 * bbytes / bus / 1e3 / copy_gbps, fast_b ? "" : " (fallback)");
+    fflush(stdout);
+    for (void* p : {x, w, y, dy, dx, dw, inv, part}) cudaFree(p);
+  }
+}
