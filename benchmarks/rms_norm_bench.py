@@ -178,7 +178,9 @@ def _check(actual, expected, name, op):
 
 
 def commit():
-    """The commit measured: git's HEAD, or GPU_OPS_COMMIT where there is no .git."""
+    """The commit measured: GPU_OPS_COMMIT if set (a copied tree), else git's HEAD."""
+    if os.environ.get("GPU_OPS_COMMIT"):
+        return os.environ["GPU_OPS_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()

@@ -11,7 +11,7 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git rev-parse --verify -q HEAD || echo "${GPU_OPS_COMMIT:-unknown (no .git here: pass GPU_OPS_COMMIT)}")"
+  echo "commit: ${GPU_OPS_COMMIT:-$(git rev-parse --verify -q HEAD || echo "unknown (pass GPU_OPS_COMMIT)")}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -n 2
   python3 -c 'import jax, jaxlib, sys; print("python", sys.version.split()[0]); print("jax", jax.__version__, "jaxlib", jaxlib.__version__); print(jax.devices())'
