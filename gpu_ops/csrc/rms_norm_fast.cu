@@ -587,6 +587,19 @@ std::optional<ffi::Error> DispatchVectors(int vectors, Fn&& fn) {
   }
 }
 
+// Picks the launch shape for rows of T (at most kMaxValues values per thread)
+// and calls fn(shape, std::integral_constant<int, shape.vectors>{}); nullopt
+// if no shape fits.
+template <typename T, int kMaxValues, typename Fn>
+std::optional<ffi::Error> WithShape(int row_vectors, Fn&& fn) {
+  constexpr int kMaxVectors = kMaxValues / Pack<T>::kSize;
+  const std::optional<Shape> shape =
+      PickShape(row_vectors, kMaxVectors, MaxCluster());
+  if (!shape) return std::nullopt;
+  return DispatchVectors<kMaxVectors>(
+      shape->vectors, [&](auto vectors) { return fn(*shape, vectors); });
+}
+
 }  // namespace
 
 std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
@@ -598,26 +611,24 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
         using T = typename decltype(tag)::type;
         const int row_vectors =
             static_cast<int>(g.row_length / Pack<T>::kSize);
-        constexpr int kMaxVectors = kMaxForwardValues / Pack<T>::kSize;
-        const std::optional<Shape> shape =
-            PickShape(row_vectors, kMaxVectors, MaxCluster());
-        if (!shape) return std::nullopt;
-        return DispatchVectors<kMaxVectors>(
-            shape->vectors, [&](auto vectors) -> std::optional<ffi::Error> {
+        return WithShape<T, kMaxForwardValues>(
+            row_vectors,
+            [&](const Shape& shape,
+                auto vectors) -> std::optional<ffi::Error> {
               const auto kernel =
                   FastForwardKernel<T, decltype(vectors)::value>;
-              const int ring_bytes = RingBytes(*shape, 1);
+              const int ring_bytes = RingBytes(shape, 1);
               // As many groups as run at once; each works through many rows.
               const int64_t groups =
-                  std::min(CeilDiv(g.rows, shape->teams),
-                           ResidentGroups(kernel, *shape, ring_bytes));
-              return Launch(stream, kernel, *shape, groups, ring_bytes,
+                  std::min(CeilDiv(g.rows, shape.teams),
+                           ResidentGroups(kernel, shape, ring_bytes));
+              return Launch(stream, kernel, shape, groups, ring_bytes,
                             "launching the forward kernel",
                             static_cast<const T*>(b.x.untyped_data()),
                             static_cast<const T*>(b.w.untyped_data()),
                             static_cast<T*>(b.y.untyped_data()),
                             static_cast<float*>(b.inv_rms.untyped_data()),
-                            g.rows, row_vectors, *shape,
+                            g.rows, row_vectors, shape,
                             static_cast<float>(g.row_length),
                             static_cast<float>(eps));
             });
@@ -637,25 +648,23 @@ std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
         using T = typename decltype(tag)::type;
         const int row_vectors =
             static_cast<int>(g.row_length / Pack<T>::kSize);
-        constexpr int kMaxVectors = kMaxBackwardValues / Pack<T>::kSize;
-        const std::optional<Shape> shape =
-            PickShape(row_vectors, kMaxVectors, MaxCluster());
-        if (!shape) return std::nullopt;
-        std::optional<ffi::Error> launched = DispatchVectors<kMaxVectors>(
-            shape->vectors, [&](auto vectors) -> std::optional<ffi::Error> {
-              return Launch(stream, FastBackwardKernel<T, decltype(vectors)::value>, *shape,
-                            CeilDiv(num_partials, shape->teams),
-                            RingBytes(*shape, 2),
-                            "launching the backward kernel",
-                            static_cast<const T*>(b.dy.untyped_data()),
-                            static_cast<const float*>(b.inv_rms.untyped_data()),
-                            static_cast<const T*>(b.x.untyped_data()),
-                            static_cast<const T*>(b.w.untyped_data()),
-                            static_cast<T*>(b.dx.untyped_data()), partials,
-                            g.rows, row_vectors, num_partials,
-                            CeilDiv(g.rows, num_partials), *shape,
-                            static_cast<float>(g.row_length));
-            });
+        std::optional<ffi::Error> launched =
+            WithShape<T, kMaxBackwardValues>(
+                row_vectors,
+                [&](const Shape& shape,
+                    auto vectors) -> std::optional<ffi::Error> {
+                  return Launch(
+                      stream, FastBackwardKernel<T, decltype(vectors)::value>,
+                      shape, CeilDiv(num_partials, shape.teams),
+                      RingBytes(shape, 2), "launching the backward kernel",
+                      static_cast<const T*>(b.dy.untyped_data()),
+                      static_cast<const float*>(b.inv_rms.untyped_data()),
+                      static_cast<const T*>(b.x.untyped_data()),
+                      static_cast<const T*>(b.w.untyped_data()),
+                      static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
+                      row_vectors, num_partials, CeilDiv(g.rows, num_partials),
+                      shape, static_cast<float>(g.row_length));
+                });
         if (!launched || launched->failure()) return launched;
         const dim3 block(kSumColumns, kSumLanes);
         SumPartialsKernel<T><<<GridSize(CeilDiv(g.row_length, kSumColumns),
