@@ -1,6 +1,6 @@
 """Benchmark RMS norm implementations against XLA and the copy bandwidth.
 
-    python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N]
+    python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N] [--row-len N ...]
 
 Each case is timed on one device, in one run, for each implementation:
 gpu_ops' default (fast) kernels, the seed's apex-derived kernels (on a GPU)
@@ -198,11 +198,15 @@ def main(argv=None):
                         help="JSON file (default: benchmarks/results/<device>.json)")
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--calls", type=int, default=2)
+    parser.add_argument("--row-len", type=int, nargs="+",
+                        help="only the cases of these row lengths")
     args = parser.parse_args(argv)
     on_gpu = jax.default_backend() == "gpu"
     if not on_gpu:
         print("No GPU: running small CPU cases to show the method (not the kernels' speed).")
     cases = GPU_CASES if on_gpu else CPU_CASES
+    if args.row_len:
+        cases = [case for case in cases if case[2] in args.row_len]
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
     out = args.out or (pathlib.Path(__file__).parent / "results"
                        / f"{device_slug(jax.devices()[0].device_kind)}.json")

@@ -32,6 +32,16 @@ def test_harness_writes_records(tmp_path):
         assert r["median_us"] > 0 and r["gbps"] == pytest.approx(r["bytes"] / r["median_us"] / 1e3, rel=0.01, abs=0.06)
 
 
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
+def test_harness_runs_only_the_cases_asked_for(tmp_path):
+    bench = _load("rms_norm_bench")
+    out = tmp_path / "results.json"
+    row_len = bench.CPU_CASES[-1][2]
+    bench.main(["--out", str(out), "--repeats", "1", "--calls", "1", "--row-len", str(row_len)])
+    records = json.loads(out.read_text())
+    assert records and {r["row_len"] for r in records} == {row_len}
+
+
 MULTI_FIELDS = {"device", "jax_version", "commit", "date", "dtype", "rows", "row_len",
                 "num_devices", "variant", "op", "median_us"}
 

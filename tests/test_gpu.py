@@ -74,13 +74,14 @@ def test_more_than_two_to_the_31_elements():
 
 
 # Shapes that take each launch shape of the fast kernels (several rows per
-# block, one block per row, a cluster of blocks per row) and the rows they do
-# not cover (row length not a whole number of 16-byte vectors, mixed dtypes,
+# block, one block per row, a cluster of blocks per row, a row split over many
+# blocks, with a last chunk cut short at 131,080) and the rows they do not
+# cover (row length not a whole number of 16-byte vectors, mixed dtypes,
 # float64), which fall back to the seed's kernels.
 KERNEL_PATH_CASES = [
     (dtype, row_length)
     for dtype in (jnp.bfloat16, jnp.float16, jnp.float32)
-    for row_length in (8, 1_024, 8_192, 16_384, 262_144)
+    for row_length in (8, 1_024, 8_192, 16_384, 131_080, 262_144)
 ] + [(jnp.bfloat16, 1_000), (jnp.float32, 6), (jnp.float64, 1_024)]
 
 

@@ -14,10 +14,12 @@ CASES = [
     ((300, 1000), jnp.float16, jnp.bfloat16),
     ((2, 4, 512, 4), jnp.bfloat16, jnp.bfloat16),
     ((0, 16), jnp.float32, jnp.float32),
-    # the fast kernels: several rows per block, a block per row, a cluster per row
+    # the fast kernels: several rows per block, a block per row, a cluster per
+    # row, a row split over many blocks (the last chunk cut short)
     ((67, 1024), jnp.bfloat16, jnp.bfloat16),
     ((67, 16384), jnp.bfloat16, jnp.bfloat16),
     ((5, 262144), jnp.bfloat16, jnp.bfloat16),
+    ((3, 131080), jnp.float32, jnp.float32),
     ((9, 2048), jnp.float32, jnp.float32),
     # more rows than the GPU holds teams for: every team loops through its ring
     ((40_009, 1024), jnp.bfloat16, jnp.bfloat16),

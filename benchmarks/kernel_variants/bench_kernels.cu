@@ -1,6 +1,8 @@
-// Scratch microbenchmark: times TryFastForward / TryFastBackward of one
-// variant of rms_norm_fast.cu with CUDA events.
+// Scratch microbenchmark: times the fast kernels of one variant of
+// rms_norm_fast.cu (TryFast*, else rms_norm_split_rows.cu's TrySplitRows*)
+// with CUDA events.
 #include "rms_norm_fast.cu"
+#include "rms_norm_split_rows.cu"
 #include "dweight_partials.h"
 #include <cstdio>
 #include <vector>
@@ -80,16 +82,18 @@ int main(int argc, char** argv) {
     ForwardBuffers fb{bx.any(), bw.any(), by.any(), binv.any()};
     BackwardBuffers bb{bdy.any(), binv.any(), bx.any(), bw.any(), bdx.any(), bdw.any(), bpart.any()};
     RowGeometry g{c.rows, c.len};
-    bool fast_f = true, fast_b = true;
-    double fus = TimeUs([&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } });
-    double bus = TimeUs([&] { auto r = TryFastBackward(0, bb, g); if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } });
+    void* scratch_memory; cudaMalloc(&scratch_memory, 64 << 20);
+    const DeviceScratch scratch = [&](size_t bytes) { return bytes <= (64 << 20) ? scratch_memory : nullptr; };
+    bool fast_f = true, fast_b = true, split_f = false, split_b = false;
+    double fus = TimeUs([&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r) { r = TrySplitRowsForward(0, scratch, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } });
+    double bus = TimeUs([&] { auto r = TryFastBackward(0, bb, g); if (!r) { r = TrySplitRowsBackward(0, scratch, bb, g); split_b = r.has_value(); } if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } });
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) { printf("CUDA error %s\n", cudaGetErrorString(e)); exit(1); }
     double fbytes = 2.0 * n * item, bbytes = 3.0 * n * item;
     printf("%s %s %6ld x %-7ld fwd %8.1f us %6.0f GB/s %3.0f%%%s | bwd %8.1f us %6.0f GB/s %3.0f%%%s\n", label, c.bf16 ? "bf16" : "f32 ",
-           (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? "" : " (fallback)",
-           bus, bbytes / bus / 1e3, 100 * bbytes / bus / 1e3 / copy_gbps, fast_b ? "" : " (fallback)");
+           (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? (split_f ? " (split)" : "") : " (fallback)",
+           bus, bbytes / bus / 1e3, 100 * bbytes / bus / 1e3 / copy_gbps, fast_b ? (split_b ? " (split)" : "") : " (fallback)");
     fflush(stdout);
-    for (void* p : {x, w, y, dy, dx, dw, inv, part}) cudaFree(p);
+    for (void* p : {x, w, y, dy, dx, dw, inv, part, scratch_memory}) cudaFree(p);
   }
 }

@@ -18,9 +18,17 @@ namespace {
 
 enum class Kernels { kFast, kApexSeed };
 
+// XLA's scratch allocator as the kernels' DeviceScratch (16-byte aligned).
+DeviceScratch FromXla(ffi::ScratchAllocator& scratch) {
+  return [&scratch](size_t bytes) -> void* {
+    return scratch.Allocate(bytes, 16).value_or(nullptr);
+  };
+}
+
 // [forward-handler]
 template <Kernels kKernels>
-ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+ffi::Error ForwardCuda(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                       ffi::AnyBuffer x, ffi::AnyBuffer w,
                        ffi::Result<ffi::AnyBuffer> y,
                        ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
   RowGeometry g;
@@ -32,6 +40,10 @@ ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
   const ForwardBuffers buffers{x, w, *y, *inv_rms};
   if constexpr (kKernels == Kernels::kFast) {
     if (auto launched = TryFastForward(stream, buffers, g, eps)) {
+      return *launched;
+    }
+    if (auto launched =
+            TrySplitRowsForward(stream, FromXla(scratch), buffers, g, eps)) {
       return *launched;
     }
   }
@@ -54,7 +66,8 @@ ffi::Error CheckPartials(const ffi::AnyBuffer& partials, ffi::DataType x_type,
 }
 
 template <Kernels kKernels>
-ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
+ffi::Error BackwardCuda(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                        ffi::AnyBuffer dy,
                         ffi::AnyBuffer inv_rms, ffi::AnyBuffer x,
                         ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> dx,
                         ffi::Result<ffi::AnyBuffer> dw,
@@ -76,6 +89,10 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
   const BackwardBuffers buffers{dy, inv_rms, x, w, *dx, *dw, *partials};
   if constexpr (kKernels == Kernels::kFast) {
     if (auto launched = TryFastBackward(stream, buffers, g)) return *launched;
+    if (auto launched =
+            TrySplitRowsBackward(stream, FromXla(scratch), buffers, g)) {
+      return *launched;
+    }
   }
   return ApexSeedBackward(stream, buffers, g);
 }
@@ -84,6 +101,7 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
 auto ForwardBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Ctx<ffi::ScratchAllocator>()  // device memory for the call
       .Arg<ffi::AnyBuffer>()  // x
       .Arg<ffi::AnyBuffer>()  // weight
       .Ret<ffi::AnyBuffer>()  // y
@@ -95,6 +113,7 @@ auto ForwardBinding() {
 auto BackwardBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Ctx<ffi::ScratchAllocator>()
       .Arg<ffi::AnyBuffer>()  // dy
       .Arg<ffi::AnyBuffer>()  // inv_rms
       .Arg<ffi::AnyBuffer>()  // x

@@ -1,11 +1,14 @@
-// The two CUDA implementations behind the handlers in rms_norm_cuda.cu.
+// The CUDA implementations behind the handlers in rms_norm_cuda.cu.
 //
-// - The fast kernels (rms_norm_fast.cu), the default: 16-byte loads and
-//   stores, each row held in registers so x is read once, a thread block (or
-//   a cluster of blocks, for long rows) per row, and a one-pass backward.
-//   They cover x and weight of one dtype (float16, bfloat16 or float32) with
-//   a row length that fills whole 16-byte vectors; TryFast* returns nullopt
-//   for anything else.
+// - The fast kernels, the default. They cover x and weight of one dtype
+//   (float16, bfloat16 or float32) with a row length that fills whole
+//   16-byte vectors, and return nullopt for anything else:
+//   - rms_norm_fast.cu (TryFast*): 16-byte loads and stores, each row held
+//     on chip so x is read once, a team of threads (or a cluster of blocks,
+//     for long rows) per row, and a one-pass backward; nullopt for rows too
+//     long for a team;
+//   - rms_norm_split_rows.cu (TrySplitRows*): those longer rows, each split
+//     over many blocks, in two passes.
 // - The seed tutorial's kernels (rms_norm_apex_seed.cu), derived from NVIDIA
 //   apex: every dtype pair and row length. They run what the fast kernels do
 //   not cover, and stay selectable on their own as the comparison baseline.
@@ -16,6 +19,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <functional>
 #include <optional>
 
 #include "rms_norm_checks.h"
@@ -33,6 +38,10 @@ struct BackwardBuffers {
   ffi::AnyBuffer partials;           // scratch: (num_partials, row_length)
 };
 
+// Device memory for one handler call, until the work it queued has run (the
+// handlers pass XLA's scratch allocator); nullptr if there is none.
+using DeviceScratch = std::function<void*(size_t bytes)>;
+
 ffi::Error ApexSeedForward(cudaStream_t stream, const ForwardBuffers& b,
                            RowGeometry g, double eps);
 ffi::Error ApexSeedBackward(cudaStream_t stream, const BackwardBuffers& b,
@@ -44,6 +53,15 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
 std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
                                           const BackwardBuffers& b,
                                           RowGeometry g);
+
+std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
+                                              const DeviceScratch& scratch,
+                                              const ForwardBuffers& b,
+                                              RowGeometry g, double eps);
+std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
+                                               const DeviceScratch& scratch,
+                                               const BackwardBuffers& b,
+                                               RowGeometry g);
 
 }  // namespace gpu_ops
 

@@ -4,9 +4,10 @@
 // moves bytes. Compared with the seed's kernels (rms_norm_apex_seed.cu):
 // - every load and store moves 16 bytes (8 bfloat16/float16 or 4 float32);
 // - a row is spread over a "row team" of threads (part of a block for short
-//   rows, a whole block, or a cluster of blocks sharing their sums through
-//   distributed shared memory on Hopper for very long rows), and each thread
-//   keeps its part of the row on chip, so x is read from memory once;
+//   rows, a whole block, or a cluster of up to 8 blocks sharing their sums
+//   through distributed shared memory on Hopper for long rows), and each
+//   thread keeps its part of the row on chip, so x is read from memory once
+//   (rows too long for that: rms_norm_split_rows.cu);
 // - the backward is one pass: a team computes dx for its rows and adds up
 //   their weight gradient in registers, then writes it as one row of partial
 //   sums; a small kernel adds the partial rows;
@@ -37,16 +38,14 @@
 
 #include "cuda_common.cuh"
 #include "dtype_dispatch.h"
+#include "fast_kernels_common.cuh"
 #include "rms_norm_cuda_kernels.h"
 
 namespace gpu_ops {
 namespace {
 
-namespace cg = cooperative_groups;
-
-constexpr int kMaxThreads = 1024;
 constexpr int kTeamBlockThreads = 512;  // block size when teams share a block
-constexpr int kMaxCluster = 16;         // Hopper's non-portable cluster limit
+constexpr int kMaxCluster = 8;          // Hopper's portable cluster limit
 // Registers per thread are capped at 64 by __launch_bounds__(1024). A thread
 // holds its values of the weight and of the row it works on (in the
 // backward, of dy as well, plus weight-gradient sums): up to this many
@@ -58,68 +57,11 @@ constexpr int kMaxBackwardValues = 8;
 // equally fast.
 constexpr int kStages = 3;
 
-// 16 bytes of T, loaded and stored as one vector.
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
-
-// How a row is spread over threads.
-struct Shape {
-  int cluster;  // blocks per row (1: no cluster)
-  int team;     // threads per row in one block, a multiple of 32
-  int teams;    // rows a block works on at once; blockDim.x = teams * team
-  int vectors;  // 16-byte vectors per thread
-};
-
-// Where this thread's vectors lie in a row: vector k of the thread is at
-// first + k * stride, so a warp's loads are contiguous.
-struct Place {
-  int team;    // which of the block's teams
-  int rank;    // which block of the cluster
-  int first;   // first vector index in the row
-  int stride;  // distance between this thread's vectors
-};
-
 __device__ Place ThreadPlace(const Shape& s) {
   const int lane_in_team = threadIdx.x % s.team;
   const int rank = blockIdx.x % s.cluster;
   return {static_cast<int>(threadIdx.x / s.team), rank,
           rank * s.team * s.vectors + lane_in_team, s.team};
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  return v;
-}
-
-// Shared memory for TeamSum. Alternate calls use alternate halves, so one
-// barrier per call suffices: a slot is rewritten two calls later, after every
-// thread (and, in a cluster, every block) has passed the barrier of the call
-// in between, so after all reads of it.
-struct TeamSumSlots {
-  float warps[2][kMaxThreads / kWarpSize];  // each warp's sum
-  float block[2];  // the block's sum, read by the other blocks of a cluster
-};
-
-// Sum of the blocks' totals over the cluster, through distributed shared
-// memory.
-__device__ float ClusterSum(float block_total, int cluster, float* slots) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cg::cluster_group group = cg::this_cluster();
-  if (threadIdx.x == 0) *slots = block_total;
-  group.sync();
-  float total = 0;
-  for (int r = 0; r < cluster; ++r) total += *group.map_shared_rank(slots, r);
-  return total;
-#else
-  // Clusters exist from sm_90 on; the host never asks for one otherwise.
-  (void)block_total, (void)cluster, (void)slots;
-  __trap();
-#endif
 }
 
 // Blocks of a cluster must not exit while the others may read their shared
@@ -130,27 +72,6 @@ __device__ void LeaveCluster(const Shape& s) {
 #else
   (void)s;
 #endif
-}
-
-// Sum of v over the row team (every thread of the team gets it). Every thread
-// of the block calls it the same number of times. Each warp adds up its
-// lanes, then reads the team's warp sums (one per lane) and adds those up.
-__device__ float TeamSum(float v, const Shape& s, TeamSumSlots& slots,
-                         int& parity) {
-  v = WarpSum(v);
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  if (lane == 0) slots.warps[parity][warp] = v;
-  __syncthreads();
-  const int team_warps = s.team / kWarpSize;
-  const int first = warp / team_warps * team_warps;
-  float total =
-      WarpSum(lane < team_warps ? slots.warps[parity][first + lane] : 0.0f);
-  if (s.cluster > 1) {
-    total = ClusterSum(total, s.cluster, &slots.block[parity]);
-  }
-  parity ^= 1;
-  return total;
 }
 
 // A ring of kStages row slots in shared memory, filled with asynchronous
@@ -188,16 +109,6 @@ struct RowRing {
   }
 };
 
-// This thread's vectors of the weight (zeros past the row's end).
-template <int kVectors, typename P>
-__device__ void LoadWeight(const P* __restrict__ w, int row_vectors,
-                           const Place& at, P (&v)[kVectors]) {
-#pragma unroll
-  for (int k = 0; k < kVectors; ++k) {
-    const int c = at.first + k * at.stride;
-    v[k] = c < row_vectors ? w[c] : P{};
-  }
-}
 
 // [forward-kernel]
 // Team t of block b normalises rows b * teams + t, then `step` rows further,
@@ -217,7 +128,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   P* yp = reinterpret_cast<P*>(y);
   const RowRing<P, kVectors> ring{reinterpret_cast<P*>(ring_memory)};
   P wv[kVectors];
-  LoadWeight(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+  LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
   const int64_t step = int64_t{gridDim.x / shape.cluster} * shape.teams;
   const int64_t block_first = int64_t{blockIdx.x / shape.cluster} * shape.teams;
   int64_t row = block_first + at.team;
@@ -301,7 +212,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const RowRing<P, kVectors> x_ring{ring_slots +
                                     kStages * kVectors * blockDim.x};
   P wv[kVectors];
-  LoadWeight(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+  LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
   for (int s = 0; s < kStages - 1; ++s) {
     dy_ring.Start(dyp, begin + s, begin + s < end, row_vectors, at, s);
     x_ring.Start(xp, begin + s, begin + s < end, row_vectors, at, s);
@@ -357,49 +268,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
   }
   if (segment < num_partials) {
-    float4* out = reinterpret_cast<float4*>(
-        partials + segment * row_vectors * P::kSize);
-#pragma unroll
-    for (int k = 0; k < kVectors; ++k) {
-      const int c = at.first + k * at.stride;
-      if (c < row_vectors) {
-#pragma unroll
-        for (int q = 0; q < P::kSize / 4; ++q) {
-          out[c * (P::kSize / 4) + q] =
-              make_float4(dw[k][4 * q], dw[k][4 * q + 1], dw[k][4 * q + 2],
-                          dw[k][4 * q + 3]);
-        }
-      }
-    }
+    StorePartials(dw, partials + segment * row_vectors * P::kSize,
+                  row_vectors, at);
   }
   LeaveCluster(shape);
-}
-
-// dw[c] = sum_p partials[p, c]. A block is 32 columns by 32 lanes down the
-// partial rows, added up in shared memory, in a fixed order.
-constexpr int kSumColumns = 32;
-constexpr int kSumLanes = 32;
-
-template <typename T>
-__global__ void __launch_bounds__(kSumColumns* kSumLanes)
-    SumPartialsKernel(const float* __restrict__ partials, T* __restrict__ dw,
-                      int64_t num_partials, int64_t row_length) {
-  __shared__ float sums[kSumLanes][kSumColumns + 1];
-  const int64_t col = int64_t{blockIdx.x} * kSumColumns + threadIdx.x;
-  float sum = 0;
-  if (col < row_length) {
-#pragma unroll 4
-    for (int64_t p = threadIdx.y; p < num_partials; p += kSumLanes) {
-      sum += partials[p * row_length + col];
-    }
-  }
-  sums[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < row_length) {
-    float total = 0;
-    for (int i = 0; i < kSumLanes; ++i) total += sums[i][threadIdx.x];
-    dw[col] = Storage<T>::From(total);
-  }
 }
 
 // The smallest cluster, then the most vectors per thread (loads in flight are
@@ -440,7 +312,7 @@ int CurrentDevice() {
   return device;
 }
 
-// The largest cluster the current GPU can run these kernels in: 16 blocks on
+// The largest cluster the current GPU can run these kernels in: 8 blocks on
 // Hopper and later (for kernels compiled for sm_90 or later), else 1.
 int MaxCluster() {
   const int device = CurrentDevice();
@@ -511,13 +383,6 @@ int64_t ResidentGroups(Kernel kernel, const Shape& shape, int ring_bytes) {
       }
       return int64_t{groups} * sms;
     }
-    if (shape.cluster > 8 &&
-        cudaFuncSetAttribute(kernel,
-                             cudaFuncAttributeNonPortableClusterSizeAllowed,
-                             1) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
     cudaLaunchAttribute cluster_dims[1];
     const cudaLaunchConfig_t config =
         LaunchConfig(shape, 1, ring_bytes, nullptr, cluster_dims);
@@ -544,35 +409,6 @@ std::optional<ffi::Error> Launch(cudaStream_t stream, Kernel kernel,
   const cudaLaunchConfig_t config =
       LaunchConfig(shape, groups, ring_bytes, stream, cluster_dims);
   return CudaStatus(cudaLaunchKernelEx(&config, kernel, args...), what);
-}
-
-bool Aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-// The fast kernels take x and weight of one 16- or 32-bit float dtype, whole
-// 16-byte vectors per row, and 16-byte aligned buffers.
-template <typename... Buffers>
-bool Covered(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, RowGeometry g,
-             const Buffers&... buffers) {
-  const ffi::DataType t = x.element_type();
-  if (w.element_type() != t || t == ffi::DataType::F64) return false;
-  const int64_t per_vector = 16 / ffi::ByteWidth(t);
-  return g.row_length % per_vector == 0 &&
-         g.row_length / per_vector <= std::numeric_limits<int>::max() &&
-         Aligned16(x.untyped_data()) &&
-         Aligned16(w.untyped_data()) && (Aligned16(buffers.untyped_data()) && ...);
-}
-
-// Calls fn(TypeTag<T>{}) for the fast kernels' dtypes; nullopt for others.
-template <typename Fn>
-std::optional<ffi::Error> DispatchFastType(ffi::DataType dtype, Fn&& fn) {
-  switch (dtype) {
-    case ffi::DataType::F16: return fn(TypeTag<__half>{});
-    case ffi::DataType::BF16: return fn(TypeTag<__nv_bfloat16>{});
-    case ffi::DataType::F32: return fn(TypeTag<float>{});
-    default: return std::nullopt;
-  }
 }
 
 // Calls fn(std::integral_constant<int, vectors>{}) for vectors a power of two
@@ -666,13 +502,9 @@ std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
                       shape, static_cast<float>(g.row_length));
                 });
         if (!launched || launched->failure()) return launched;
-        const dim3 block(kSumColumns, kSumLanes);
-        SumPartialsKernel<T><<<GridSize(CeilDiv(g.row_length, kSumColumns),
-                                        (int64_t{1} << 31) - 1),
-                               block, 0, stream>>>(
-            partials, static_cast<T*>(b.dw.untyped_data()), num_partials,
-            g.row_length);
-        return CheckLaunch("launching the weight-gradient reduction kernel");
+        return SumPartials(stream, partials,
+                           static_cast<T*>(b.dw.untyped_data()), num_partials,
+                           g.row_length);
       });
 }
 

@@ -1,0 +1,210 @@
+// Device code shared by the fast kernels: rows of whole 16-byte vectors
+// (Pack), spread over threads (Shape, Place) that add up their values
+// together (TeamSum), and the weight gradient's partial sums (SumPartials).
+// Used by rms_norm_fast.cu (a row per thread team) and
+// rms_norm_split_rows.cu (a row per several blocks).
+#ifndef GPU_OPS_FAST_KERNELS_COMMON_CUH_
+#define GPU_OPS_FAST_KERNELS_COMMON_CUH_
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include "cuda_common.cuh"
+#include "dtype_dispatch.h"
+#include "rms_norm_checks.h"
+
+namespace gpu_ops {
+namespace {  // each file that includes this compiles its own copy
+
+namespace cg = cooperative_groups;
+
+constexpr int kMaxThreads = 1024;
+
+// 16 bytes of T, loaded and stored as one vector.
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kSize = 16 / sizeof(T);
+  T v[kSize];
+};
+
+// How a row is spread over threads.
+struct Shape {
+  int cluster;  // blocks per row (1: no cluster)
+  int team;     // threads per row in one block, a multiple of 32
+  int teams;    // rows a block works on at once; blockDim.x = teams * team
+  int vectors;  // 16-byte vectors per thread
+};
+
+// Where this thread's vectors lie in a row: vector k of the thread is at
+// first + k * stride, so a warp's loads are contiguous.
+struct Place {
+  int team;    // which of the block's teams
+  int rank;    // which block of the cluster
+  int first;   // first vector index in the row
+  int stride;  // distance between this thread's vectors
+};
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// Shared memory for TeamSum. Alternate calls use alternate halves, so one
+// barrier per call suffices: a slot is rewritten two calls later, after every
+// thread (and, in a cluster, every block) has passed the barrier of the call
+// in between, so after all reads of it.
+struct TeamSumSlots {
+  float warps[2][kMaxThreads / kWarpSize];  // each warp's sum
+  float block[2];  // the block's sum, read by the other blocks of a cluster
+};
+
+// Sum of the blocks' totals over the cluster, through distributed shared
+// memory.
+__device__ float ClusterSum(float block_total, int cluster, float* slots) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::cluster_group group = cg::this_cluster();
+  if (threadIdx.x == 0) *slots = block_total;
+  group.sync();
+  float total = 0;
+  for (int r = 0; r < cluster; ++r) total += *group.map_shared_rank(slots, r);
+  return total;
+#else
+  // Clusters exist from sm_90 on; the host never asks for one otherwise.
+  (void)block_total, (void)cluster, (void)slots;
+  __trap();
+#endif
+}
+
+// Sum of v over the row team (every thread of the team gets it). Every thread
+// of the block calls it the same number of times. Each warp adds up its
+// lanes, then reads the team's warp sums (one per lane) and adds those up.
+__device__ float TeamSum(float v, const Shape& s, TeamSumSlots& slots,
+                         int& parity) {
+  v = WarpSum(v);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  if (lane == 0) slots.warps[parity][warp] = v;
+  __syncthreads();
+  const int team_warps = s.team / kWarpSize;
+  const int first = warp / team_warps * team_warps;
+  float total =
+      WarpSum(lane < team_warps ? slots.warps[parity][first + lane] : 0.0f);
+  if (s.cluster > 1) {
+    total = ClusterSum(total, s.cluster, &slots.block[parity]);
+  }
+  parity ^= 1;
+  return total;
+}
+
+// This thread's vectors of a row (of x, dy or the weight) that starts at
+// `row`; zeros past its end.
+template <int kVectors, typename P>
+__device__ void LoadVectors(const P* __restrict__ row, int row_vectors,
+                            const Place& at, P (&v)[kVectors]) {
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+    const int c = at.first + k * at.stride;
+    v[k] = c < row_vectors ? row[c] : P{};
+  }
+}
+
+// Writes this thread's weight-gradient sums dw (for its vectors of the row)
+// into `partial`, one float32 row of the partial-sum matrix.
+template <int kVectors, int kSize>
+__device__ void StorePartials(const float (&dw)[kVectors][kSize],
+                              float* __restrict__ partial, int row_vectors,
+                              const Place& at) {
+  static_assert(kSize % 4 == 0, "a vector's sums are whole float4s");
+  float4* out = reinterpret_cast<float4*>(partial);
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+    const int c = at.first + k * at.stride;
+    if (c < row_vectors) {
+#pragma unroll
+      for (int q = 0; q < kSize / 4; ++q) {
+        out[c * (kSize / 4) + q] = make_float4(
+            dw[k][4 * q], dw[k][4 * q + 1], dw[k][4 * q + 2], dw[k][4 * q + 3]);
+      }
+    }
+  }
+}
+
+// dw[c] = sum_p partials[p, c]. A block is 32 columns by 32 lanes down the
+// partial rows, added up in shared memory, in a fixed order.
+constexpr int kSumColumns = 32;
+constexpr int kSumLanes = 32;
+
+template <typename T>
+__global__ void __launch_bounds__(kSumColumns* kSumLanes)
+    SumPartialsKernel(const float* __restrict__ partials, T* __restrict__ dw,
+                      int64_t num_partials, int64_t row_length) {
+  __shared__ float sums[kSumLanes][kSumColumns + 1];
+  const int64_t col = int64_t{blockIdx.x} * kSumColumns + threadIdx.x;
+  float sum = 0;
+  if (col < row_length) {
+#pragma unroll 4
+    for (int64_t p = threadIdx.y; p < num_partials; p += kSumLanes) {
+      sum += partials[p * row_length + col];
+    }
+  }
+  sums[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < row_length) {
+    float total = 0;
+    for (int i = 0; i < kSumLanes; ++i) total += sums[i][threadIdx.x];
+    dw[col] = Storage<T>::From(total);
+  }
+}
+
+// dw = the sum of the rows of `partials` (num_partials, row_length).
+template <typename T>
+ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
+                       int64_t num_partials, int64_t row_length) {
+  const dim3 block(kSumColumns, kSumLanes);
+  SumPartialsKernel<T>
+      <<<GridSize(CeilDiv(row_length, kSumColumns), (int64_t{1} << 31) - 1),
+         block, 0, stream>>>(partials, dw, num_partials, row_length);
+  return CheckLaunch("launching the weight-gradient reduction kernel");
+}
+
+bool Aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// The fast kernels take x and weight of one 16- or 32-bit float dtype, whole
+// 16-byte vectors per row, and 16-byte aligned buffers.
+template <typename... Buffers>
+bool Covered(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, RowGeometry g,
+             const Buffers&... buffers) {
+  const ffi::DataType t = x.element_type();
+  if (w.element_type() != t || t == ffi::DataType::F64) return false;
+  const int64_t per_vector = 16 / ffi::ByteWidth(t);
+  return g.row_length % per_vector == 0 &&
+         g.row_length / per_vector <= std::numeric_limits<int>::max() &&
+         Aligned16(x.untyped_data()) &&
+         Aligned16(w.untyped_data()) && (Aligned16(buffers.untyped_data()) && ...);
+}
+
+// Calls fn(TypeTag<T>{}) for the fast kernels' dtypes; nullopt for others.
+template <typename Fn>
+std::optional<ffi::Error> DispatchFastType(ffi::DataType dtype, Fn&& fn) {
+  switch (dtype) {
+    case ffi::DataType::F16: return fn(TypeTag<__half>{});
+    case ffi::DataType::BF16: return fn(TypeTag<__nv_bfloat16>{});
+    case ffi::DataType::F32: return fn(TypeTag<float>{});
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+}  // namespace gpu_ops
+
+#endif  // GPU_OPS_FAST_KERNELS_COMMON_CUH_

@@ -1,0 +1,283 @@
+// RMS norm kernels for rows too long for one thread team to hold (see
+// rms_norm_fast.cu): more than 131,072 values in the forward or 65,536 in
+// the backward on Hopper (a cluster of 8 blocks of 1024 threads), more than
+// 16,384 / 8,192 on GPUs without clusters. The seed tutorial's shape, 32 rows
+// of 512 x 512, is one: a row per cluster would leave most of the GPU idle.
+//
+// Each row is cut into chunks of kSplitThreads x kVectors 16-byte vectors,
+// one block per chunk, and the work takes two passes:
+// 1. ChunkSumsKernel adds up each chunk's x * x (forward) or dy * w * x
+//    (backward) into one float of a scratch matrix (rows, chunks);
+// 2. every block adds up the chunk sums of its row (each warp on its own, in
+//    the same order, so all blocks of a row get the same total), then
+//    normalises its chunk (ChunkForwardKernel) or computes its chunk of dx
+//    and of the weight gradient's partial sums (ChunkBackwardKernel).
+// x (and dy) are read twice; when they fit in L2 (50 MB on an H100 or H200,
+// 16 MB of x for the seed's shape in bfloat16) the second read mostly hits
+// it.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cuda_common.cuh"
+#include "fast_kernels_common.cuh"
+#include "rms_norm_cuda_kernels.h"
+
+namespace gpu_ops {
+namespace {
+
+constexpr int kSplitThreads = 256;
+// Values per thread: the backward also keeps weight-gradient sums.
+constexpr int kForwardValues = 16;
+constexpr int kBackwardValues = 8;
+
+// Where this thread's vectors of chunk `chunk` lie in its row.
+__device__ Place ChunkPlace(int64_t chunk, int vectors) {
+  return {0, 0, static_cast<int>(chunk * kSplitThreads * vectors + threadIdx.x),
+          kSplitThreads};
+}
+
+// The sum of a row's `chunks` chunk sums, in every lane of the warp.
+__device__ float RowTotal(const float* __restrict__ chunk_sums, int chunks) {
+  float total = 0;
+  for (int i = threadIdx.x % kWarpSize; i < chunks; i += kWarpSize) {
+    total += chunk_sums[i];
+  }
+  return WarpSum(total);
+}
+
+// chunk_sums[row * chunks + chunk] = sum over the chunk of a * b * weight
+// (x * x * 1 for the forward: `weight` is null; dy * x * w for the backward).
+template <typename T, int kVectors>
+__global__ void __launch_bounds__(kSplitThreads)
+    ChunkSumsKernel(const T* __restrict__ a, const T* __restrict__ b,
+                    const T* __restrict__ weight,
+                    float* __restrict__ chunk_sums, int64_t rows,
+                    int row_vectors, int chunks) {
+  using P = Pack<T>;
+  __shared__ TeamSumSlots sums;
+  int parity = 0;
+  const Shape block{1, kSplitThreads, 1, kVectors};
+  for (int64_t item = blockIdx.x; item < rows * chunks; item += gridDim.x) {
+    const int64_t row = item / chunks;
+    const Place at = ChunkPlace(item % chunks, kVectors);
+    P av[kVectors], bv[kVectors], wv[kVectors];
+    LoadVectors(reinterpret_cast<const P*>(a) + row * row_vectors, row_vectors,
+                at, av);
+    LoadVectors(reinterpret_cast<const P*>(b) + row * row_vectors, row_vectors,
+                at, bv);
+    if (weight != nullptr) {
+      LoadVectors(reinterpret_cast<const P*>(weight), row_vectors, at, wv);
+    }
+    float sum = 0;
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+#pragma unroll
+      for (int e = 0; e < P::kSize; ++e) {
+        const float w = weight != nullptr ? ToAcc<float>(wv[k].v[e]) : 1.0f;
+        sum += ToAcc<float>(av[k].v[e]) * ToAcc<float>(bv[k].v[e]) * w;
+      }
+    }
+    const float total = TeamSum(sum, block, sums, parity);
+    if (threadIdx.x == 0) chunk_sums[item] = total;
+  }
+}
+
+// y = x * inv * w for one chunk per block; inv = rsqrt(mean(x^2) + eps).
+template <typename T, int kVectors>
+__global__ void __launch_bounds__(kSplitThreads)
+    ChunkForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+                       const float* __restrict__ chunk_sums,
+                       T* __restrict__ y, float* __restrict__ inv_rms,
+                       int64_t rows, int row_vectors, int chunks,
+                       float row_length, float eps) {
+  using P = Pack<T>;
+  for (int64_t item = blockIdx.x; item < rows * chunks; item += gridDim.x) {
+    const int64_t row = item / chunks;
+    const int64_t chunk = item % chunks;
+    const Place at = ChunkPlace(chunk, kVectors);
+    P xv[kVectors], wv[kVectors];
+    LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors,
+                row_vectors, at, xv);
+    LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+    const float inv = rsqrtf(
+        RowTotal(chunk_sums + row * chunks, chunks) / row_length + eps);
+    P* yp = reinterpret_cast<P*>(y) + row * row_vectors;
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      const int c = at.first + k * at.stride;
+      if (c < row_vectors) {
+        P out;
+#pragma unroll
+        for (int e = 0; e < P::kSize; ++e) {
+          out.v[e] = Storage<T>::From(ToAcc<float>(wv[k].v[e]) *
+                                      (inv * ToAcc<float>(xv[k].v[e])));
+        }
+        yp[c] = out;
+      }
+    }
+    if (chunk == 0 && threadIdx.x == 0) inv_rms[row] = inv;
+  }
+}
+
+// dx = inv * (dy*w - x * inv^2 * mean(dy*w*x)) for one chunk of the rows of
+// one segment per block (item = segment * chunks + chunk); the chunk's
+// weight gradient over the segment goes to row `segment` of `partials`.
+template <typename T, int kVectors>
+__global__ void __launch_bounds__(kSplitThreads)
+    ChunkBackwardKernel(const T* __restrict__ dy,
+                        const float* __restrict__ inv_rms,
+                        const T* __restrict__ x, const T* __restrict__ w,
+                        const float* __restrict__ chunk_sums,
+                        T* __restrict__ dx, float* __restrict__ partials,
+                        int64_t rows, int row_vectors, int chunks,
+                        int64_t num_partials, int64_t rows_per_partial,
+                        float row_length) {
+  using P = Pack<T>;
+  for (int64_t item = blockIdx.x; item < num_partials * chunks;
+       item += gridDim.x) {
+    const int64_t segment = item / chunks;
+    const Place at = ChunkPlace(item % chunks, kVectors);
+    P wv[kVectors];
+    LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+    float dw[kVectors][P::kSize] = {};
+    const int64_t end = std::min(rows, (segment + 1) * rows_per_partial);
+    for (int64_t row = segment * rows_per_partial; row < end; ++row) {
+      P dyv[kVectors], xv[kVectors];
+      LoadVectors(reinterpret_cast<const P*>(dy) + row * row_vectors,
+                  row_vectors, at, dyv);
+      LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors,
+                  row_vectors, at, xv);
+      const float inv = inv_rms[row];
+      const float correction =
+          inv * inv * RowTotal(chunk_sums + row * chunks, chunks) / row_length;
+      P* dxp = reinterpret_cast<P*>(dx) + row * row_vectors;
+#pragma unroll
+      for (int k = 0; k < kVectors; ++k) {
+        const int c = at.first + k * at.stride;
+        P out;
+#pragma unroll
+        for (int e = 0; e < P::kSize; ++e) {
+          const float d = ToAcc<float>(dyv[k].v[e]);
+          const float v = ToAcc<float>(xv[k].v[e]);
+          dw[k][e] += d * v * inv;
+          out.v[e] = Storage<T>::From(
+              inv * (d * ToAcc<float>(wv[k].v[e]) - v * correction));
+        }
+        if (c < row_vectors) dxp[c] = out;
+      }
+    }
+    StorePartials(dw, partials + segment * row_vectors * P::kSize,
+                  row_vectors, at);
+  }
+}
+
+// Blocks for `items` chunks: one each, up to the grid's limit.
+unsigned Blocks(int64_t items) {
+  return GridSize(items, std::numeric_limits<int32_t>::max());
+}
+
+// Scratch for the (rows, chunks) chunk sums, or an error.
+std::optional<ffi::Error> AllocateChunkSums(const DeviceScratch& scratch,
+                                            int64_t count, float** sums) {
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  *sums = static_cast<float*>(scratch(bytes));
+  if (*sums != nullptr) return std::nullopt;
+  return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                    "gpu_ops rms_norm: could not allocate " +
+                        std::to_string(bytes) +
+                        " bytes of scratch memory for the row sums");
+}
+
+template <typename T, int kValues>
+constexpr int kVectorsOf = kValues / Pack<T>::kSize;
+
+}  // namespace
+
+std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
+                                              const DeviceScratch& scratch,
+                                              const ForwardBuffers& b,
+                                              RowGeometry g, double eps) {
+  if (!Covered(b.x, b.w, g, b.y, b.inv_rms)) return std::nullopt;
+  return DispatchFastType(
+      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
+        using T = typename decltype(tag)::type;
+        constexpr int kVectors = kVectorsOf<T, kForwardValues>;
+        const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
+        const int chunks = static_cast<int>(
+            CeilDiv(row_vectors, int64_t{kSplitThreads} * kVectors));
+        float* chunk_sums = nullptr;
+        if (auto err = AllocateChunkSums(scratch, g.rows * chunks, &chunk_sums)) {
+          return err;
+        }
+        const T* x = static_cast<const T*>(b.x.untyped_data());
+        const unsigned blocks = Blocks(g.rows * chunks);
+        ChunkSumsKernel<T, kVectors><<<blocks, kSplitThreads, 0, stream>>>(
+            x, x, nullptr, chunk_sums, g.rows, row_vectors, chunks);
+        if (auto err = CheckLaunch("launching the chunk sums kernel");
+            err.failure()) {
+          return err;
+        }
+        ChunkForwardKernel<T, kVectors><<<blocks, kSplitThreads, 0, stream>>>(
+            x, static_cast<const T*>(b.w.untyped_data()), chunk_sums,
+            static_cast<T*>(b.y.untyped_data()),
+            static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+            row_vectors, chunks, static_cast<float>(g.row_length),
+            static_cast<float>(eps));
+        return CheckLaunch("launching the chunk forward kernel");
+      });
+}
+
+std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
+                                               const DeviceScratch& scratch,
+                                               const BackwardBuffers& b,
+                                               RowGeometry g) {
+  if (!Covered(b.x, b.w, g, b.dy, b.inv_rms, b.dx, b.dw, b.partials)) {
+    return std::nullopt;
+  }
+  return DispatchFastType(
+      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
+        using T = typename decltype(tag)::type;
+        constexpr int kVectors = kVectorsOf<T, kBackwardValues>;
+        const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
+        const int chunks = static_cast<int>(
+            CeilDiv(row_vectors, int64_t{kSplitThreads} * kVectors));
+        float* chunk_sums = nullptr;
+        if (auto err = AllocateChunkSums(scratch, g.rows * chunks, &chunk_sums)) {
+          return err;
+        }
+        const T* dy = static_cast<const T*>(b.dy.untyped_data());
+        const T* x = static_cast<const T*>(b.x.untyped_data());
+        const T* w = static_cast<const T*>(b.w.untyped_data());
+        ChunkSumsKernel<T, kVectors>
+            <<<Blocks(g.rows * chunks), kSplitThreads, 0, stream>>>(
+                dy, x, w, chunk_sums, g.rows, row_vectors, chunks);
+        if (auto err = CheckLaunch("launching the chunk sums kernel");
+            err.failure()) {
+          return err;
+        }
+        const int64_t num_partials = b.partials.dimensions()[0];
+        float* partials = static_cast<float*>(b.partials.untyped_data());
+        ChunkBackwardKernel<T, kVectors>
+            <<<Blocks(num_partials * chunks), kSplitThreads, 0, stream>>>(
+                dy, static_cast<const float*>(b.inv_rms.untyped_data()), x, w,
+                chunk_sums, static_cast<T*>(b.dx.untyped_data()), partials,
+                g.rows, row_vectors, chunks, num_partials,
+                CeilDiv(g.rows, num_partials),
+                static_cast<float>(g.row_length));
+        if (auto err = CheckLaunch("launching the chunk backward kernel");
+            err.failure()) {
+          return err;
+        }
+        return SumPartials(stream, partials,
+                           static_cast<T*>(b.dw.untyped_data()), num_partials,
+                           g.row_length);
+      });
+}
+
+}  // namespace gpu_ops
