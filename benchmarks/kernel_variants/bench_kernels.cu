@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <chrono>
 using namespace gpu_ops;
 
 struct Buf {
@@ -39,6 +40,18 @@ __global__ void FillF(float* p, int64_t n, uint32_t seed) {
   }
 }
 
+// Host time per call of f while the GPU keeps up (f only queues work).
+double HostUs(std::function<void()> f) {
+  cudaDeviceSynchronize();
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 50; ++i) f();
+  auto stop = std::chrono::steady_clock::now();
+  cudaDeviceSynchronize();
+  return std::chrono::duration<double, std::micro>(stop - start).count() / 50;
+}
+
+__global__ void Empty() {}
+
 double TimeUs(std::function<void()> f) {
   cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
   for (int i = 0; i < 5; ++i) f();
@@ -60,7 +73,7 @@ int main(int argc, char** argv) {
   double copy_us = TimeUs([&] { cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice); });
   double copy_gbps = 2.0 * copy_bytes / copy_us / 1e3;
   cudaFree(ca); cudaFree(cb);
-  printf("%s copy %.0f GB/s\n", label, copy_gbps);
+  printf("%s copy %.0f GB/s; host time to launch an empty kernel %.2f us\n", label, copy_gbps, HostUs([] { Empty<<<1, 32>>>(); }));
   struct Case { bool bf16; int64_t rows, len; };
   std::vector<Case> cases;
   for (bool bf : {true, false}) for (int64_t r : {16384, 32768}) for (int64_t l : {1024, 4096, 8192, 16384}) cases.push_back({bf, r, l});
@@ -85,14 +98,21 @@ int main(int argc, char** argv) {
     void* scratch_memory; cudaMalloc(&scratch_memory, 64 << 20);
     const DeviceScratch scratch = [&](size_t bytes) { return bytes <= (64 << 20) ? scratch_memory : nullptr; };
     bool fast_f = true, fast_b = true, split_f = false, split_b = false;
-    double fus = TimeUs([&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r) { r = TrySplitRowsForward(0, scratch, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } });
-    double bus = TimeUs([&] { auto r = TryFastBackward(0, bb, g); if (!r) { r = TrySplitRowsBackward(0, scratch, bb, g); split_b = r.has_value(); } if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } });
+    // BENCH_ONLY=fwd or bwd times one direction only (for profiling).
+    const char* only = getenv("BENCH_ONLY");
+    const bool do_f = !only || std::string(only) == "fwd", do_b = !only || std::string(only) == "bwd";
+    double fus = !do_f ? 0 : TimeUs([&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r) { r = TrySplitRowsForward(0, scratch, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } });
+    double bus = !do_b ? 0 : TimeUs([&] { auto r = TryFastBackward(0, bb, g); if (!r) { r = TrySplitRowsBackward(0, scratch, bb, g); split_b = r.has_value(); } if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } });
+    auto fwd = [&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r) r = TrySplitRowsForward(0, scratch, fb, g, 1e-5); };
+    auto bwd = [&] { auto r = TryFastBackward(0, bb, g); if (!r) r = TrySplitRowsBackward(0, scratch, bb, g); };
+    const double fhost = do_f ? HostUs(fwd) : 0, bhost = do_b ? HostUs(bwd) : 0;
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) { printf("CUDA error %s\n", cudaGetErrorString(e)); exit(1); }
     double fbytes = 2.0 * n * item, bbytes = 3.0 * n * item;
     printf("%s %s %6ld x %-7ld fwd %8.1f us %6.0f GB/s %3.0f%%%s | bwd %8.1f us %6.0f GB/s %3.0f%%%s\n", label, c.bf16 ? "bf16" : "f32 ",
            (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? (split_f ? " (split)" : "") : " (fallback)",
            bus, bbytes / bus / 1e3, 100 * bbytes / bus / 1e3 / copy_gbps, fast_b ? (split_b ? " (split)" : "") : " (fallback)");
+    printf("    host us per call: fwd %.2f bwd %.2f\n", fhost, bhost);
     fflush(stdout);
     for (void* p : {x, w, y, dy, dx, dw, inv, part, scratch_memory}) cudaFree(p);
   }

@@ -137,40 +137,44 @@ __device__ void StorePartials(const float (&dw)[kVectors][kSize],
   }
 }
 
-// dw[c] = sum_p partials[p, c]. A block is 32 columns by 32 lanes down the
-// partial rows, added up in shared memory, in a fixed order.
-constexpr int kSumColumns = 32;
-constexpr int kSumLanes = 32;
-
+// dw[c] = sum_p partials[p, c]. A block of 1024 threads is blockDim.x
+// columns by blockDim.y lanes down the partial rows, added up in shared
+// memory in a fixed order.
 template <typename T>
-__global__ void __launch_bounds__(kSumColumns* kSumLanes)
+__global__ void __launch_bounds__(kMaxThreads)
     SumPartialsKernel(const float* __restrict__ partials, T* __restrict__ dw,
                       int64_t num_partials, int64_t row_length) {
-  __shared__ float sums[kSumLanes][kSumColumns + 1];
-  const int64_t col = int64_t{blockIdx.x} * kSumColumns + threadIdx.x;
+  __shared__ float sums[kMaxThreads];  // [blockDim.y][blockDim.x]
+  const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   float sum = 0;
   if (col < row_length) {
 #pragma unroll 4
-    for (int64_t p = threadIdx.y; p < num_partials; p += kSumLanes) {
+    for (int64_t p = threadIdx.y; p < num_partials; p += blockDim.y) {
       sum += partials[p * row_length + col];
     }
   }
-  sums[threadIdx.y][threadIdx.x] = sum;
+  sums[threadIdx.y * blockDim.x + threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < row_length) {
     float total = 0;
-    for (int i = 0; i < kSumLanes; ++i) total += sums[i][threadIdx.x];
+    for (int i = 0; i < static_cast<int>(blockDim.y); ++i) {
+      total += sums[i * blockDim.x + threadIdx.x];
+    }
     dw[col] = Storage<T>::From(total);
   }
 }
 
-// dw = the sum of the rows of `partials` (num_partials, row_length).
+// dw = the sum of the rows of `partials` (num_partials, row_length). Each
+// thread adds up about 8 partial rows of a column (32 lanes per column at
+// most), so that long rows with few partial rows get wide blocks.
 template <typename T>
 ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
                        int64_t num_partials, int64_t row_length) {
-  const dim3 block(kSumColumns, kSumLanes);
+  int lanes = 1;
+  while (lanes < kWarpSize && lanes * 8 < num_partials) lanes *= 2;
+  const dim3 block(kMaxThreads / lanes, lanes);
   SumPartialsKernel<T>
-      <<<GridSize(CeilDiv(row_length, kSumColumns), (int64_t{1} << 31) - 1),
+      <<<GridSize(CeilDiv(row_length, block.x), (int64_t{1} << 31) - 1),
          block, 0, stream>>>(partials, dw, num_partials, row_length);
   return CheckLaunch("launching the weight-gradient reduction kernel");
 }
