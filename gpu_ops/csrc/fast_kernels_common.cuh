@@ -116,6 +116,51 @@ __device__ void LoadVectors(const P* __restrict__ row, int row_vectors,
   }
 }
 
+// Writes this thread's vectors of y = w * (inv * x) into the row at `y`.
+template <int kVectors, typename T>
+__device__ void StoreNormalised(const Pack<T> (&xv)[kVectors],
+                                const Pack<T> (&wv)[kVectors], float inv,
+                                Pack<T>* __restrict__ y, int row_vectors,
+                                const Place& at) {
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+    const int c = at.first + k * at.stride;
+    if (c < row_vectors) {
+      Pack<T> out;
+#pragma unroll
+      for (int e = 0; e < Pack<T>::kSize; ++e) {
+        out.v[e] = Storage<T>::From(ToAcc<float>(wv[k].v[e]) *
+                                    (inv * ToAcc<float>(xv[k].v[e])));
+      }
+      y[c] = out;
+    }
+  }
+}
+
+// Writes this thread's vectors of dx = inv * (dy*w - x * correction) into
+// the row at `dx` (correction = inv^2 * mean(dy*w*x)).
+template <int kVectors, typename T>
+__device__ void StoreInputGradient(const Pack<T> (&dyv)[kVectors],
+                                   const Pack<T> (&xv)[kVectors],
+                                   const Pack<T> (&wv)[kVectors], float inv,
+                                   float correction, Pack<T>* __restrict__ dx,
+                                   int row_vectors, const Place& at) {
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+    const int c = at.first + k * at.stride;
+    if (c < row_vectors) {
+      Pack<T> out;
+#pragma unroll
+      for (int e = 0; e < Pack<T>::kSize; ++e) {
+        const float dyw = ToAcc<float>(dyv[k].v[e]) * ToAcc<float>(wv[k].v[e]);
+        out.v[e] = Storage<T>::From(
+            inv * (dyw - ToAcc<float>(xv[k].v[e]) * correction));
+      }
+      dx[c] = out;
+    }
+  }
+}
+
 // Writes this thread's weight-gradient sums dw (for its vectors of the row)
 // into `partial`, one float32 row of the partial-sum matrix.
 template <int kVectors, int kSize>

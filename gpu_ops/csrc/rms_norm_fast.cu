@@ -160,19 +160,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         TeamSum(sum_squares, shape, sums, parity);
     const float inv = rsqrtf(total / row_length + eps);
     if (row < rows) {
-#pragma unroll
-      for (int k = 0; k < kVectors; ++k) {
-        const int c = at.first + k * at.stride;
-        if (c < row_vectors) {
-          P out;
-#pragma unroll
-          for (int e = 0; e < P::kSize; ++e) {
-            out.v[e] = Storage<T>::From(ToAcc<float>(wv[k].v[e]) *
-                                        (inv * ToAcc<float>(xv[k].v[e])));
-          }
-          yp[row * row_vectors + c] = out;
-        }
-      }
+      StoreNormalised(xv, wv, inv, yp + row * row_vectors, row_vectors, at);
       if (at.rank == 0 && threadIdx.x % shape.team == 0) inv_rms[row] = inv;
     }
   }
@@ -250,21 +238,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         inv * inv * TeamSum(dot, shape, sums, parity) /
         row_length;
     if (exists) {
-#pragma unroll
-      for (int k = 0; k < kVectors; ++k) {
-        const int c = at.first + k * at.stride;
-        if (c < row_vectors) {
-          P out;
-#pragma unroll
-          for (int e = 0; e < P::kSize; ++e) {
-            const float dyw =
-                ToAcc<float>(dyv[k].v[e]) * ToAcc<float>(wv[k].v[e]);
-            out.v[e] = Storage<T>::From(
-                inv * (dyw - ToAcc<float>(xv[k].v[e]) * correction));
-          }
-          dxp[row * row_vectors + c] = out;
-        }
-      }
+      StoreInputGradient(dyv, xv, wv, inv, correction,
+                         dxp + row * row_vectors, row_vectors, at);
     }
   }
   if (segment < num_partials) {

@@ -107,20 +107,8 @@ __global__ void __launch_bounds__(kSplitThreads)
     LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
     const float inv = rsqrtf(
         RowTotal(chunk_sums + row * chunks, chunks) / row_length + eps);
-    P* yp = reinterpret_cast<P*>(y) + row * row_vectors;
-#pragma unroll
-    for (int k = 0; k < kVectors; ++k) {
-      const int c = at.first + k * at.stride;
-      if (c < row_vectors) {
-        P out;
-#pragma unroll
-        for (int e = 0; e < P::kSize; ++e) {
-          out.v[e] = Storage<T>::From(ToAcc<float>(wv[k].v[e]) *
-                                      (inv * ToAcc<float>(xv[k].v[e])));
-        }
-        yp[c] = out;
-      }
-    }
+    StoreNormalised(xv, wv, inv, reinterpret_cast<P*>(y) + row * row_vectors,
+                    row_vectors, at);
     if (chunk == 0 && threadIdx.x == 0) inv_rms[row] = inv;
   }
 }
@@ -156,21 +144,16 @@ __global__ void __launch_bounds__(kSplitThreads)
       const float inv = inv_rms[row];
       const float correction =
           inv * inv * RowTotal(chunk_sums + row * chunks, chunks) / row_length;
-      P* dxp = reinterpret_cast<P*>(dx) + row * row_vectors;
 #pragma unroll
       for (int k = 0; k < kVectors; ++k) {
-        const int c = at.first + k * at.stride;
-        P out;
 #pragma unroll
         for (int e = 0; e < P::kSize; ++e) {
-          const float d = ToAcc<float>(dyv[k].v[e]);
-          const float v = ToAcc<float>(xv[k].v[e]);
-          dw[k][e] += d * v * inv;
-          out.v[e] = Storage<T>::From(
-              inv * (d * ToAcc<float>(wv[k].v[e]) - v * correction));
+          dw[k][e] += ToAcc<float>(dyv[k].v[e]) * ToAcc<float>(xv[k].v[e]) * inv;
         }
-        if (c < row_vectors) dxp[c] = out;
       }
+      StoreInputGradient(dyv, xv, wv, inv, correction,
+                         reinterpret_cast<P*>(dx) + row * row_vectors,
+                         row_vectors, at);
     }
     StorePartials(dw, partials + segment * row_vectors * P::kSize,
                   row_vectors, at);
@@ -182,12 +165,22 @@ unsigned Blocks(int64_t items) {
   return GridSize(items, std::numeric_limits<int32_t>::max());
 }
 
-// Scratch for the (rows, chunks) chunk sums, or an error.
-std::optional<ffi::Error> AllocateChunkSums(const DeviceScratch& scratch,
-                                            int64_t count, float** sums) {
-  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-  *sums = static_cast<float*>(scratch(bytes));
-  if (*sums != nullptr) return std::nullopt;
+// Rows of T cut into chunks of kSplitThreads x kVectors vectors, with scratch
+// for the (rows, chunks) chunk sums.
+struct Split {
+  int row_vectors;
+  int chunks;
+  float* chunk_sums;
+};
+
+template <typename T, int kVectors>
+ffi::Error PlanSplit(const DeviceScratch& scratch, RowGeometry g, Split* split) {
+  split->row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
+  split->chunks = static_cast<int>(
+      CeilDiv(split->row_vectors, int64_t{kSplitThreads} * kVectors));
+  const size_t bytes = static_cast<size_t>(g.rows * split->chunks) * sizeof(float);
+  split->chunk_sums = static_cast<float*>(scratch(bytes));
+  if (split->chunk_sums != nullptr) return ffi::Error::Success();
   return ffi::Error(ffi::ErrorCode::kResourceExhausted,
                     "gpu_ops rms_norm: could not allocate " +
                         std::to_string(bytes) +
@@ -208,26 +201,25 @@ std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
       b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
         using T = typename decltype(tag)::type;
         constexpr int kVectors = kVectorsOf<T, kForwardValues>;
-        const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
-        const int chunks = static_cast<int>(
-            CeilDiv(row_vectors, int64_t{kSplitThreads} * kVectors));
-        float* chunk_sums = nullptr;
-        if (auto err = AllocateChunkSums(scratch, g.rows * chunks, &chunk_sums)) {
+        Split split;
+        if (auto err = PlanSplit<T, kVectors>(scratch, g, &split);
+            err.failure()) {
           return err;
         }
         const T* x = static_cast<const T*>(b.x.untyped_data());
-        const unsigned blocks = Blocks(g.rows * chunks);
+        const unsigned blocks = Blocks(g.rows * split.chunks);
         ChunkSumsKernel<T, kVectors><<<blocks, kSplitThreads, 0, stream>>>(
-            x, x, nullptr, chunk_sums, g.rows, row_vectors, chunks);
+            x, x, nullptr, split.chunk_sums, g.rows, split.row_vectors,
+            split.chunks);
         if (auto err = CheckLaunch("launching the chunk sums kernel");
             err.failure()) {
           return err;
         }
         ChunkForwardKernel<T, kVectors><<<blocks, kSplitThreads, 0, stream>>>(
-            x, static_cast<const T*>(b.w.untyped_data()), chunk_sums,
+            x, static_cast<const T*>(b.w.untyped_data()), split.chunk_sums,
             static_cast<T*>(b.y.untyped_data()),
             static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
-            row_vectors, chunks, static_cast<float>(g.row_length),
+            split.row_vectors, split.chunks, static_cast<float>(g.row_length),
             static_cast<float>(eps));
         return CheckLaunch("launching the chunk forward kernel");
       });
@@ -244,19 +236,18 @@ std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
       b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
         using T = typename decltype(tag)::type;
         constexpr int kVectors = kVectorsOf<T, kBackwardValues>;
-        const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
-        const int chunks = static_cast<int>(
-            CeilDiv(row_vectors, int64_t{kSplitThreads} * kVectors));
-        float* chunk_sums = nullptr;
-        if (auto err = AllocateChunkSums(scratch, g.rows * chunks, &chunk_sums)) {
+        Split split;
+        if (auto err = PlanSplit<T, kVectors>(scratch, g, &split);
+            err.failure()) {
           return err;
         }
         const T* dy = static_cast<const T*>(b.dy.untyped_data());
         const T* x = static_cast<const T*>(b.x.untyped_data());
         const T* w = static_cast<const T*>(b.w.untyped_data());
         ChunkSumsKernel<T, kVectors>
-            <<<Blocks(g.rows * chunks), kSplitThreads, 0, stream>>>(
-                dy, x, w, chunk_sums, g.rows, row_vectors, chunks);
+            <<<Blocks(g.rows * split.chunks), kSplitThreads, 0, stream>>>(
+                dy, x, w, split.chunk_sums, g.rows, split.row_vectors,
+                split.chunks);
         if (auto err = CheckLaunch("launching the chunk sums kernel");
             err.failure()) {
           return err;
@@ -264,10 +255,11 @@ std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
         const int64_t num_partials = b.partials.dimensions()[0];
         float* partials = static_cast<float*>(b.partials.untyped_data());
         ChunkBackwardKernel<T, kVectors>
-            <<<Blocks(num_partials * chunks), kSplitThreads, 0, stream>>>(
+            <<<Blocks(num_partials * split.chunks), kSplitThreads, 0,
+               stream>>>(
                 dy, static_cast<const float*>(b.inv_rms.untyped_data()), x, w,
-                chunk_sums, static_cast<T*>(b.dx.untyped_data()), partials,
-                g.rows, row_vectors, chunks, num_partials,
+                split.chunk_sums, static_cast<T*>(b.dx.untyped_data()),
+                partials, g.rows, split.row_vectors, split.chunks, num_partials,
                 CeilDiv(g.rows, num_partials),
                 static_cast<float>(g.row_length));
         if (auto err = CheckLaunch("launching the chunk backward kernel");
