@@ -21,7 +21,7 @@ CASES = [
     ((5, 262144), jnp.bfloat16, jnp.bfloat16),
     ((3, 131080), jnp.float32, jnp.float32),
     ((9, 2048), jnp.float32, jnp.float32),
-    # more rows than the GPU holds teams for: every team loops through its ring
+    # more rows than the GPU holds backward teams for: each loops through its ring
     ((40_009, 1024), jnp.bfloat16, jnp.bfloat16),
     ((3001, 4096), jnp.float32, jnp.float32),
 ]

@@ -25,6 +25,7 @@ namespace {  // each file that includes this compiles its own copy
 namespace cg = cooperative_groups;
 
 constexpr int kMaxThreads = 1024;
+constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;  // blocks in gridDim.x
 
 // 16 bytes of T, loaded and stored as one vector.
 template <typename T>
@@ -182,45 +183,62 @@ __device__ void StorePartials(const float (&dw)[kVectors][kSize],
   }
 }
 
-// dw[c] = sum_p partials[p, c]. A block of 1024 threads is blockDim.x
-// columns by blockDim.y lanes down the partial rows, added up in shared
-// memory in a fixed order.
+__device__ __forceinline__ void AddTo(float4& sum, float4 v) {
+  sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+}
+
+// dw = the column sums of partials (num_partials rows of row_vectors float4s).
+// A block is blockDim.x float4 columns by blockDim.y lanes (a power of two):
+// lane l adds up partial rows l, l + blockDim.y, ...; then the lanes' sums
+// are added up pairwise in shared memory, always in the same order.
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads)
-    SumPartialsKernel(const float* __restrict__ partials, T* __restrict__ dw,
-                      int64_t num_partials, int64_t row_length) {
-  __shared__ float sums[kMaxThreads];  // [blockDim.y][blockDim.x]
+    SumPartialsKernel(const float4* __restrict__ partials, T* __restrict__ dw,
+                      int64_t num_partials, int64_t row_vectors) {
+  __shared__ float4 sums[kMaxThreads];  // [blockDim.y][blockDim.x]
   const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  float sum = 0;
-  if (col < row_length) {
+  float4 sum = make_float4(0, 0, 0, 0);
+  if (col < row_vectors) {
 #pragma unroll 4
     for (int64_t p = threadIdx.y; p < num_partials; p += blockDim.y) {
-      sum += partials[p * row_length + col];
+      AddTo(sum, partials[p * row_vectors + col]);
     }
   }
-  sums[threadIdx.y * blockDim.x + threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < row_length) {
-    float total = 0;
-    for (int i = 0; i < static_cast<int>(blockDim.y); ++i) {
-      total += sums[i * blockDim.x + threadIdx.x];
-    }
-    dw[col] = Storage<T>::From(total);
+  const int slot = threadIdx.y * blockDim.x + threadIdx.x;
+  sums[slot] = sum;
+  for (int half = blockDim.y / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (threadIdx.y < half) AddTo(sums[slot], sums[slot + half * blockDim.x]);
+  }
+  if (threadIdx.y == 0 && col < row_vectors) {
+    const float4 total = sums[slot];
+    T* out = dw + 4 * col;
+    out[0] = Storage<T>::From(total.x);
+    out[1] = Storage<T>::From(total.y);
+    out[2] = Storage<T>::From(total.z);
+    out[3] = Storage<T>::From(total.w);
   }
 }
 
-// dw = the sum of the rows of `partials` (num_partials, row_length). Each
-// thread adds up about 8 partial rows of a column (32 lanes per column at
-// most), so that long rows with few partial rows get wide blocks.
+// dw = the sum of the rows of `partials` (num_partials, row_length), with
+// row_length a multiple of 4 (whole 16-byte vectors of T). Each lane adds up
+// about 4 partial rows, with up to 128 lanes per column: the loads of a
+// thread are independent, so many are in flight at once.
 template <typename T>
 ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
                        int64_t num_partials, int64_t row_length) {
+  if (row_length % 4 != 0) {
+    return ffi::Error::Internal(
+        "gpu_ops rms_norm: weight-gradient rows must be whole float4 vectors");
+  }
   int lanes = 1;
-  while (lanes < kWarpSize && lanes * 8 < num_partials) lanes *= 2;
+  while (lanes < 128 && lanes * 4 < num_partials) lanes *= 2;
   const dim3 block(kMaxThreads / lanes, lanes);
+  const int64_t row_vectors = row_length / 4;
   SumPartialsKernel<T>
-      <<<GridSize(CeilDiv(row_length, block.x), (int64_t{1} << 31) - 1),
-         block, 0, stream>>>(partials, dw, num_partials, row_length);
+      <<<GridSize(CeilDiv(row_vectors, block.x), kMaxGrid),
+         block, 0, stream>>>(reinterpret_cast<const float4*>(partials), dw,
+                             num_partials, row_vectors);
   return CheckLaunch("launching the weight-gradient reduction kernel");
 }
 

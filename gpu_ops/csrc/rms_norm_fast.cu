@@ -11,16 +11,20 @@
 // - the backward is one pass: a team computes dx for its rows and adds up
 //   their weight gradient in registers, then writes it as one row of partial
 //   sums; a small kernel adds the partial rows;
-// - rows stream into a ring of shared-memory slots by asynchronous copies
-//   (cp.async), two rows ahead of the one a team works on, so loads are in
-//   flight while the team reduces and writes, without holding registers; the
-//   forward grid holds only as many blocks as the GPU runs at once, each
-//   working through many rows;
+// - loads stay in flight: in the forward of rows a block holds, each
+//   thread loads its vectors of several rows into registers at once
+//   (FastForwardKernel); where a row takes a cluster, and in the backward,
+//   rows stream into a ring of shared-memory slots by asynchronous copies
+//   (cp.async), two rows ahead of the one a team works on, and each team
+//   works through many rows;
 // - a team's sum costs one barrier: each warp adds up the team's warp sums
 //   itself, from alternate halves of a small shared array.
 // On an H200 (ncu), the ring and the one-barrier sum raised DRAM throughput
 // from 57% to 73% of peak for bfloat16 16384 x 8192, where barrier, shared
-// memory and issue stalls, not loads, had been the limit.
+// memory and issue stalls, not loads, had been the limit; for rows a block
+// holds, loading several rows straight into registers then beat the ring
+// (bfloat16 32768 x 8192 forward: 86% to 98% of the copy bandwidth, CUDA
+// events; benchmarks/kernel_variants/h200_forward_rows.log).
 // The launch shape comes from the row length (PickShape).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -52,10 +56,14 @@ constexpr int kMaxCluster = 8;          // Hopper's portable cluster limit
 // values per row fit (the build fails on a register spill).
 constexpr int kMaxForwardValues = 16;
 constexpr int kMaxBackwardValues = 8;
-// Rows in the shared-memory ring of each row team (RowRing): the one being
-// worked on and kStages - 1 on their way. On an H200, 3 to 6 stages ran
-// equally fast.
+// Rows in the shared-memory ring of each cluster row team (RowRing): the one
+// being worked on and kStages - 1 on their way. On an H200, 3 to 6 stages
+// ran equally fast.
 constexpr int kStages = 3;
+// 16-byte loads each thread of the forward keeps in flight when a block holds
+// a row (FastForwardKernel): a block takes kForwardLoads / vectors-per-row
+// rows. On an H200, 4 beat 8 and 2 (benchmarks/kernel_variants/).
+constexpr int kForwardLoads = 4;
 
 __device__ Place ThreadPlace(const Shape& s) {
   const int lane_in_team = threadIdx.x % s.team;
@@ -98,24 +106,85 @@ struct RowRing {
       }
     }
   }
-  // This thread's vectors of the row in `stage`; zeros past the row's end.
-  __device__ void Read(int stage, int row_vectors, const Place& at,
-                       P (&v)[kVectors]) const {
+  // This thread's vectors of the row in `stage`; zeros past the row's end,
+  // and for a row that does not exist (its slots hold stale values, possibly
+  // NaN, which even a zero factor would carry into a sum).
+  __device__ void Read(int stage, bool exists, int row_vectors,
+                       const Place& at, P (&v)[kVectors]) const {
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
       const int c = at.first + k * at.stride;
-      v[k] = c < row_vectors ? *Slot(stage, k) : P{};
+      v[k] = exists && c < row_vectors ? *Slot(stage, k) : P{};
     }
   }
 };
 
 
 // [forward-kernel]
-// Team t of block b normalises rows b * teams + t, then `step` rows further,
-// and so on; the weight stays in registers throughout.
+// Block b normalises kRows rows, b * kRows to b * kRows + kRows - 1. Each
+// thread loads its vectors of all of them into registers at once, so
+// kRows * kVectors loads are in flight; then the block adds up each row's
+// squares (one barrier for all its rows) and writes y.
+template <typename T, int kVectors, int kRows>
+__global__ void __launch_bounds__(kMaxThreads)
+    FastForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+                      T* __restrict__ y, float* __restrict__ inv_rms,
+                      int64_t rows, int row_vectors, float row_length,
+                      float eps) {
+  using P = Pack<T>;
+  __shared__ float warp_sums[kRows][kMaxThreads / kWarpSize];
+  const Place at{0, 0, static_cast<int>(threadIdx.x),
+                 static_cast<int>(blockDim.x)};
+  const int64_t first = int64_t{blockIdx.x} * kRows;
+  P xv[kRows][kVectors];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    // A block's rows past the end load the last row again (and store nothing).
+    const int64_t row = std::min(first + r, rows - 1);
+    LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors, row_vectors,
+                at, xv[r]);
+  }
+  P wv[kVectors];
+  LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float sum_squares = 0;
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+#pragma unroll
+      for (int e = 0; e < P::kSize; ++e) {
+        const float v = ToAcc<float>(xv[r][k].v[e]);
+        sum_squares += v * v;
+      }
+    }
+    sum_squares = WarpSum(sum_squares);
+    if (lane == 0) warp_sums[r][warp] = sum_squares;
+  }
+  __syncthreads();
+  const int warps = blockDim.x / kWarpSize;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float total = WarpSum(lane < warps ? warp_sums[r][lane] : 0.0f);
+    const float inv = rsqrtf(total / row_length + eps);
+    if (first + r < rows) {
+      StoreNormalised(xv[r], wv, inv,
+                      reinterpret_cast<P*>(y) + (first + r) * row_vectors,
+                      row_vectors, at);
+      if (threadIdx.x == 0) inv_rms[first + r] = inv;
+    }
+  }
+}
+// [forward-kernel-end]
+
+// The forward for rows spread over a cluster of blocks (rows too long for
+// one block): cluster c normalises row c, then `step` rows further, and so
+// on, with the next rows streaming into the ring; the weight stays in
+// registers throughout.
 template <typename T, int kVectors>
 __global__ void __launch_bounds__(kMaxThreads, 1)
-    FastForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+    ClusterForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
                       T* __restrict__ y, float* __restrict__ inv_rms,
                       int64_t rows, int row_vectors, Shape shape,
                       float row_length, float eps) {
@@ -146,7 +215,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     __pipeline_commit();
     __pipeline_wait_prior(kStages - 1);  // this row's copies have landed
     P xv[kVectors];
-    ring.Read(stage, row_vectors, at, xv);
+    ring.Read(stage, row < rows, row_vectors, at, xv);
     float sum_squares = 0;
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
@@ -166,7 +235,6 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   }
   LeaveCluster(shape);
 }
-// [forward-kernel-end]
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Team i of the grid takes the rows of segment i (rows_per_partial of them,
@@ -221,8 +289,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     __pipeline_wait_prior(kStages - 1);  // this row's copies have landed
     P dyv[kVectors];
     P xv[kVectors];
-    dy_ring.Read(stage, row_vectors, at, dyv);
-    x_ring.Read(stage, row_vectors, at, xv);
+    dy_ring.Read(stage, exists, row_vectors, at, dyv);
+    x_ring.Read(stage, exists, row_vectors, at, xv);
     float dot = 0;
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
@@ -296,7 +364,7 @@ int MaxCluster() {
     cudaFuncAttributes attributes{};
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                device) != cudaSuccess ||
-        cudaFuncGetAttributes(&attributes, FastForwardKernel<float, 1>) !=
+        cudaFuncGetAttributes(&attributes, ClusterForwardKernel<float, 1>) !=
             cudaSuccess) {
       cudaGetLastError();  // a failed query only means: no clusters
       return int64_t{1};
@@ -426,8 +494,24 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
             row_vectors,
             [&](const Shape& shape,
                 auto vectors) -> std::optional<ffi::Error> {
-              const auto kernel =
-                  FastForwardKernel<T, decltype(vectors)::value>;
+              constexpr int kVectors = decltype(vectors)::value;
+              constexpr int kRows = std::max(1, kForwardLoads / kVectors);
+              // A block holds a row, and a grid covers all rows (it holds
+              // 2^31 - 1 blocks): one block per kRows rows.
+              if (shape.cluster == 1 && CeilDiv(g.rows, kRows) <= kMaxGrid) {
+                FastForwardKernel<T, kVectors, kRows>
+                    <<<static_cast<unsigned>(CeilDiv(g.rows, kRows)),
+                       shape.team, 0, stream>>>(
+                        static_cast<const T*>(b.x.untyped_data()),
+                        static_cast<const T*>(b.w.untyped_data()),
+                        static_cast<T*>(b.y.untyped_data()),
+                        static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+                        row_vectors, static_cast<float>(g.row_length),
+                        static_cast<float>(eps));
+                return CheckLaunch("launching the forward kernel");
+              }
+              // Rows over a cluster (or more rows than a grid's blocks).
+              const auto kernel = ClusterForwardKernel<T, kVectors>;
               const int ring_bytes = RingBytes(shape, 1);
               // As many groups as run at once; each works through many rows.
               const int64_t groups =

@@ -161,9 +161,7 @@ __global__ void __launch_bounds__(kSplitThreads)
 }
 
 // Blocks for `items` chunks: one each, up to the grid's limit.
-unsigned Blocks(int64_t items) {
-  return GridSize(items, std::numeric_limits<int32_t>::max());
-}
+unsigned Blocks(int64_t items) { return GridSize(items, kMaxGrid); }
 
 // Rows of T cut into chunks of kSplitThreads x kVectors vectors, with scratch
 // for the (rows, chunks) chunk sums.
