@@ -57,3 +57,21 @@ def test_multi_device_harness_writes_records(tmp_path):
         (n, v, op) for n in counts for v in bench.VARIANTS for op in ("fwd", "fwd_bwd")}
     for r in records:
         assert set(r) == MULTI_FIELDS and r["median_us"] > 0
+
+
+def test_kernel_timeline_adds_up_busy_and_idle_time(capsys):
+    timeline = _load("kernel_timeline")
+    events = {"/device:GPU:0 Stream #1": [("b", 4000, 5000), ("a", 0, 1000), ("a", 2000, 3000)]}
+    timeline.summarise(events, ops=2)
+    out = capsys.readouterr().out
+    assert "2 x      1.00 us  a" in out and "1 x      1.00 us  b" in out
+    # 3 us of kernels and 2 us of gaps over 5 us, for 2 ops
+    assert "per op: busy 1.50 us, idle 1.00 us (span 2.50 us over 2 ops)" in out
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks the no-GPU message")
+def test_kernel_timeline_runs_without_a_gpu(capsys):
+    timeline = _load("kernel_timeline")
+    timeline.main(["--rows", "8", "--row-len", "64", "--calls", "1", "--op", "fwd",
+                   "--impl", "gpu_ops"])
+    assert "no GPU stream in the trace" in capsys.readouterr().out
