@@ -62,7 +62,8 @@ constexpr int kMaxBackwardValues = 8;
 constexpr int kStages = 3;
 // 16-byte loads each thread of the forward keeps in flight when a block holds
 // a row (FastForwardKernel): a block takes kForwardLoads / vectors-per-row
-// rows. On an H200, 4 beat 8 and 2 (benchmarks/kernel_variants/).
+// rows. On an H200, 4 beat 8 (and 16 spilled registers; see
+// benchmarks/kernel_variants/h200_forward_rows.log).
 constexpr int kForwardLoads = 4;
 
 __device__ Place ThreadPlace(const Shape& s) {
