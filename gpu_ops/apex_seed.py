@@ -32,21 +32,26 @@ def _rms_norm(x, weight, eps):
     return _forward(x, weight, eps)[0]
 
 
+def _scratch(shapes_and_dtypes):
+    return [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes_and_dtypes]
+
+
 def _forward(x, weight, eps):
-    y, inv_rms = jax.ffi.ffi_call(FORWARD_TARGET, (
+    y, inv_rms, *_ = jax.ffi.ffi_call(FORWARD_TARGET, (
         jax.ShapeDtypeStruct(x.shape, weight.dtype),
         jax.ShapeDtypeStruct(leading_shape(x, weight), inv_rms_dtype(x.dtype)),
+        *_scratch(ffi_targets.cuda_forward_scratch(x.shape, weight.shape)),
     ))(x, weight, eps=np.float64(eps))
     return y, (inv_rms, x, weight)
 
 
 def _backward(eps, residuals, dy):
     inv_rms, x, weight = residuals
-    partials = ffi_targets.dweight_partials_shape(x.shape, weight.shape)
-    dx, dweight, _ = jax.ffi.ffi_call(BACKWARD_TARGET, (
+    scratch = ffi_targets.cuda_backward_scratch(x.shape, x.dtype, weight.shape)
+    dx, dweight, *_ = jax.ffi.ffi_call(BACKWARD_TARGET, (
         jax.ShapeDtypeStruct(x.shape, x.dtype),
         jax.ShapeDtypeStruct(weight.shape, weight.dtype),
-        jax.ShapeDtypeStruct(partials, inv_rms_dtype(x.dtype)),
+        *_scratch(scratch),
     ))(dy, inv_rms, x, weight, eps=np.float64(eps))
     return dx, dweight
 

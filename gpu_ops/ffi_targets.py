@@ -3,8 +3,10 @@
 import math
 
 import jax
+import numpy as np
 
 from gpu_ops import _native
+from gpu_ops.primitives import inv_rms_dtype
 
 FORWARD_TARGET = "gpu_ops_rms_norm_fwd"
 BACKWARD_TARGET = "gpu_ops_rms_norm_bwd"
@@ -22,8 +24,25 @@ def dweight_partial_rows(rows: int, row_length: int) -> int:
     return _native.dweight_partial_rows(rows, row_length)
 
 
-def dweight_partials_shape(x_shape, weight_shape):
-    """Shape of that scratch matrix for x and weight of these shapes."""
+def _rows_and_length(x_shape, weight_shape):
     row_length = math.prod(weight_shape)
-    rows = math.prod(x_shape) // row_length
-    return (dweight_partial_rows(rows, row_length), row_length)
+    return math.prod(x_shape) // row_length, row_length
+
+
+def cuda_forward_scratch(x_shape, weight_shape):
+    """(shape, dtype) of each scratch result the CUDA forward call adds.
+
+    The split-row kernels' chunk sums: float32, empty for rows they do not take.
+    """
+    rows, row_length = _rows_and_length(x_shape, weight_shape)
+    return [((_native.chunk_sums_length(rows, row_length),), np.float32)]
+
+
+def cuda_backward_scratch(x_shape, x_dtype, weight_shape):
+    """(shape, dtype) of each scratch result the CUDA backward call adds.
+
+    The weight gradient's partial sums, then the split-row kernels' chunk sums.
+    """
+    rows, row_length = _rows_and_length(x_shape, weight_shape)
+    partials = (dweight_partial_rows(rows, row_length), row_length)
+    return [(partials, inv_rms_dtype(x_dtype)), *cuda_forward_scratch(x_shape, weight_shape)]

@@ -10,11 +10,7 @@ from jax.core import ShapedArray
 from jax.interpreters import mlir
 
 from gpu_ops import ffi_targets
-from gpu_ops.primitives import (
-    inv_rms_dtype,
-    rms_norm_bwd_shard_p,
-    rms_norm_fwd_shard_p,
-)
+from gpu_ops.primitives import rms_norm_bwd_shard_p, rms_norm_fwd_shard_p
 
 _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
 _backward_call = jax.ffi.ffi_lowering(ffi_targets.BACKWARD_TARGET)
@@ -27,24 +23,38 @@ def _with_float64_eps(call):
     return lowering
 
 
-def _backward_cuda_lowering(ctx, dy, inv_rms, x, weight, *, eps):
-    # The CUDA kernels sum the weight gradient in two stages and need a scratch
-    # matrix for the first; it is an extra result of the custom call that the
-    # primitive does not expose.
-    x_aval, weight_aval = ctx.avals_in[2], ctx.avals_in[3]
-    scratch = ShapedArray(
-        ffi_targets.dweight_partials_shape(x_aval.shape, weight_aval.shape),
-        inv_rms_dtype(x_aval.dtype),
-    )
-    ctx = ctx.replace(avals_out=[*ctx.avals_out, scratch])
-    dx, dweight, _ = _with_float64_eps(_backward_call)(
-        ctx, dy, inv_rms, x, weight, eps=eps)
-    return [dx, dweight]
+def _with_cuda_scratch(call, scratch):
+    """A CUDA lowering rule that adds the call's scratch results.
+
+    The CUDA kernels take their scratch memory as extra results of the custom
+    call (so that XLA can record the call into a CUDA graph); ``scratch(avals_in)``
+    gives their (shape, dtype). The primitive does not expose them.
+    """
+    def lowering(ctx, *operands, eps):
+        extra = [ShapedArray(shape, dtype) for shape, dtype in scratch(ctx.avals_in)]
+        ctx = ctx.replace(avals_out=[*ctx.avals_out, *extra])
+        results = _with_float64_eps(call)(ctx, *operands, eps=eps)
+        return results[:len(results) - len(extra)]
+    return lowering
 
 
-for _platform in ("cpu", "cuda"):
-    mlir.register_lowering(
-        rms_norm_fwd_shard_p, _with_float64_eps(_forward_call), platform=_platform)
+def _forward_scratch(avals_in):
+    x, weight = avals_in
+    return ffi_targets.cuda_forward_scratch(x.shape, weight.shape)
+
+
+def _backward_scratch(avals_in):
+    _, _, x, weight = avals_in
+    return ffi_targets.cuda_backward_scratch(x.shape, x.dtype, weight.shape)
+
+
+mlir.register_lowering(
+    rms_norm_fwd_shard_p, _with_float64_eps(_forward_call), platform="cpu")
 mlir.register_lowering(
     rms_norm_bwd_shard_p, _with_float64_eps(_backward_call), platform="cpu")
-mlir.register_lowering(rms_norm_bwd_shard_p, _backward_cuda_lowering, platform="cuda")
+mlir.register_lowering(
+    rms_norm_fwd_shard_p, _with_cuda_scratch(_forward_call, _forward_scratch),
+    platform="cuda")
+mlir.register_lowering(
+    rms_norm_bwd_shard_p, _with_cuda_scratch(_backward_call, _backward_scratch),
+    platform="cuda")

@@ -52,15 +52,21 @@ def _spec(shape, dtype):
     return jax.ShapeDtypeStruct(shape, dtype)
 
 
-def _forward_call(results, *args, eps=np.float64(1e-5)):
-    return jax.ffi.ffi_call(ffi_targets.FORWARD_TARGET, results)(*args, eps=eps)
-
-
-def _backward_results(x_shape, x_dtype, w_shape, w_dtype, inv_dtype):
-    results = [_spec(x_shape, x_dtype), _spec(w_shape, w_dtype)]
-    if jax.default_backend() == "gpu":  # the CUDA handler's scratch result
-        results.append(_spec((1, int(np.prod(w_shape))), inv_dtype))
+def _with_cuda_scratch(results, scratch):
+    """The results plus, on a GPU, the CUDA handler's scratch results."""
+    if jax.default_backend() == "gpu":
+        results = [*results, *(_spec(shape, dtype) for shape, dtype in scratch)]
     return results
+
+
+def _forward_call(results, x, w, eps=np.float64(1e-5)):
+    results = _with_cuda_scratch(results, ffi_targets.cuda_forward_scratch(x.shape, w.shape))
+    return jax.ffi.ffi_call(ffi_targets.FORWARD_TARGET, results)(x, w, eps=eps)
+
+
+def _backward_results(x_shape, x_dtype, w_shape, w_dtype):
+    return _with_cuda_scratch([_spec(x_shape, x_dtype), _spec(w_shape, w_dtype)],
+                              ffi_targets.cuda_backward_scratch(x_shape, x_dtype, w_shape))
 
 
 @pytest.mark.parametrize("results,args,message", [
@@ -92,7 +98,22 @@ def test_backward_handler_rejects_mismatched_buffers(bad):
     dy = X.astype(jnp.float16) if bad == "dy_dtype" else X
     inv = jnp.ones(3 if bad == "inv_shape" else 4, jnp.float32)
     w_shape = (9,) if bad == "dweight_shape" else (8,)
-    results = _backward_results((4, 8), jnp.float32, w_shape, jnp.float32, jnp.float32)
+    results = _backward_results((4, 8), jnp.float32, w_shape, jnp.float32)
     call = jax.ffi.ffi_call(ffi_targets.BACKWARD_TARGET, results)
     with pytest.raises(Exception, match="gpu_ops rms_norm"):
         jax.block_until_ready(call(dy, inv, X, W, eps=np.float64(1e-5)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scratch,message", [
+    ([((2, 8), jnp.float32), ((0,), jnp.float32)], "dweight_partials must be"),
+    ([((4, 8), jnp.float32), ((3,), jnp.float32)], "chunk_sums must be"),
+    ([((4, 8), jnp.float32)], "Wrong number of results"),
+])
+def test_cuda_backward_handler_checks_its_scratch(scratch, message):
+    results = [_spec((4, 8), jnp.float32), _spec((8,), jnp.float32),
+               *(_spec(shape, dtype) for shape, dtype in scratch)]
+    call = jax.ffi.ffi_call(ffi_targets.BACKWARD_TARGET, results)
+    inv = jnp.ones(4, jnp.float32)
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(call(X, inv, X, W, eps=np.float64(1e-5)))

@@ -5,6 +5,8 @@ the CUDA path gets the same dtype, shape, gradient and transformation checks
 as the CPU path; these add what needs a real GPU.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -106,3 +108,50 @@ def test_seed_kernels_stay_callable(dtype, row_length):
     reference.check_op(jax.jit(rms_norm_apex_seed), x, weight, dy)
     hlo = jax.jit(rms_norm_apex_seed).lower(x, weight).compile().as_text()
     assert 'custom_call_target="gpu_ops_rms_norm_fwd_apex_seed"' in hlo
+
+
+def _targets_in_command_buffers(hlo_text):
+    """Custom-call targets inside the computations XLA runs as CUDA graphs.
+
+    XLA's command-buffer scheduling moves what it records into computations
+    named command_buffer...; everything else it launches one by one.
+    """
+    targets, computation = set(), ""
+    for line in hlo_text.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            computation = line.removeprefix("ENTRY ").split()[0]
+        elif "command_buffer" in computation:
+            targets.update(re.findall(r'custom_call_target="([^"]+)"', line))
+    return targets
+
+
+@pytest.mark.parametrize("row_length", [4_096, 262_144])  # a block per row; split rows
+def test_calls_run_from_xla_cuda_graphs(row_length):
+    # Enough calls for XLA to record them into a CUDA graph (its default
+    # minimum is 5 commands); the handlers declare they may be recorded.
+    calls = 6
+
+    def vjps(xs, weight, dys):
+        results = []
+        for x, dy in zip(xs, dys):
+            y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+            results.append((y, *pullback(dy)))
+        return results
+
+    def inputs(seed):
+        kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
+        shape = (calls, 37, row_length)
+        return (jax.random.normal(kx, shape, jnp.float32),
+                1 + 0.3 * jax.random.normal(kw, (row_length,), jnp.float32),
+                jax.random.normal(kd, shape, jnp.float32))
+
+    compiled = jax.jit(vjps).lower(*inputs(0)).compile()
+    recorded = _targets_in_command_buffers(compiled.as_text())
+    assert {"gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_bwd"} <= recorded, recorded
+    for seed in (0, 1):  # new buffers the second time: XLA records the graph again
+        xs, weight, dys = inputs(seed)
+        for (y, dx, dweight), x, dy in zip(compiled(xs, weight, dys), xs, dys):
+            assert_close(y, reference.forward(x, weight))
+            expected_dx, expected_dweight = reference.vjp(x, weight, dy)
+            assert_close(dx, expected_dx)
+            assert_close(dweight, expected_dweight)

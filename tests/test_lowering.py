@@ -4,6 +4,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import gpu_ops
@@ -17,18 +18,21 @@ def _custom_calls(text):
     return [line for line in text.splitlines() if "stablehlo.custom_call" in line]
 
 
-@pytest.mark.parametrize("platform", ["cuda", "cpu"])
-def test_forward_custom_call_has_typed_eps(platform):
-    x = jnp.ones((4, 8), jnp.bfloat16)
-    text = _stablehlo(lambda x, w: gpu_ops.rms_norm(x, w, 1e-6), x, jnp.ones(8, jnp.bfloat16),
-                      platform=platform)
-    (call,) = _custom_calls(text)
-    assert "@gpu_ops_rms_norm_fwd" in call
-    assert re.search(r"eps = 9.9999999999999995E-7 : f64", call), call
-    assert "(tensor<4x8xbf16>, tensor<8xbf16>) -> (tensor<4x8xbf16>, tensor<4xf32>)" in call
+def test_forward_custom_call_has_typed_eps_and_cuda_adds_empty_chunk_sums():
+    x, w = jnp.ones((4, 8), jnp.bfloat16), jnp.ones(8, jnp.bfloat16)
+    calls = {platform: _custom_calls(_stablehlo(lambda x, w: gpu_ops.rms_norm(x, w, 1e-6),
+                                                x, w, platform=platform))
+             for platform in ("cuda", "cpu")}
+    for (call,) in calls.values():
+        assert "@gpu_ops_rms_norm_fwd" in call
+        assert re.search(r"eps = 9.9999999999999995E-7 : f64", call), call
+    signature = "(tensor<4x8xbf16>, tensor<8xbf16>) -> (tensor<4x8xbf16>, tensor<4xf32>"
+    # Rows this short never take the split-row kernels: no chunk sums.
+    assert signature + ", tensor<0xf32>)" in calls["cuda"][0]
+    assert signature + ")" in calls["cpu"][0]
 
 
-def test_cuda_backward_has_a_scratch_result_and_cpu_does_not():
+def test_cuda_backward_has_scratch_results_and_cpu_does_not():
     x, w = jnp.ones((1000, 8), jnp.float32), jnp.ones(8, jnp.float32)
     grad = jax.grad(lambda x, w: gpu_ops.rms_norm(x, w).sum(), argnums=(0, 1))
     cuda_calls = [c for c in _custom_calls(_stablehlo(grad, x, w, platform="cuda"))
@@ -37,5 +41,24 @@ def test_cuda_backward_has_a_scratch_result_and_cpu_does_not():
                  if "rms_norm_bwd" in c]
     partials = gpu_ops.ffi_targets.dweight_partial_rows(1000, 8)
     assert partials == 1000  # one segment per row: 2**21 scratch elements allow it
-    assert f"-> (tensor<1000x8xf32>, tensor<8xf32>, tensor<{partials}x8xf32>)" in cuda_calls[0]
+    assert (f"-> (tensor<1000x8xf32>, tensor<8xf32>, tensor<{partials}x8xf32>, "
+            "tensor<0xf32>)") in cuda_calls[0]
     assert "-> (tensor<1000x8xf32>, tensor<8xf32>)" in cpu_calls[0]
+
+
+@pytest.mark.parametrize("row_length, chunks", [(8192, 0), (8200, 5), (262144, 128)])
+def test_chunk_sums_hold_one_float_per_backward_chunk_of_long_rows(row_length, chunks):
+    # A backward chunk is 256 threads x 8 values; rows of up to 8192 values
+    # never take the split-row kernels.
+    assert gpu_ops.ffi_targets.cuda_forward_scratch((3, row_length), (row_length,)) == [
+        ((3 * chunks,), np.float32)]
+
+
+def test_seed_shape_cuda_calls_carry_chunk_sums():
+    x, w = jnp.ones((32, 512, 512), jnp.bfloat16), jnp.ones((512, 512), jnp.bfloat16)
+    grad = jax.grad(lambda x, w: gpu_ops.rms_norm(x, w).astype(jnp.float32).sum(),
+                    argnums=(0, 1))
+    forward, backward = _custom_calls(_stablehlo(grad, x, w, platform="cuda"))
+    assert forward.endswith("-> (tensor<32x512x512xbf16>, tensor<32xf32>, tensor<4096xf32>)")
+    assert backward.endswith("-> (tensor<32x512x512xbf16>, tensor<512x512xbf16>, "
+                             "tensor<8x262144xf32>, tensor<4096xf32>)")

@@ -3,7 +3,7 @@
 // with CUDA events.
 #include "rms_norm_fast.cu"
 #include "rms_norm_split_rows.cu"
-#include "dweight_partials.h"
+#include "cuda_scratch.h"
 #include <cstdio>
 #include <vector>
 #include <algorithm>
@@ -84,26 +84,25 @@ int main(int argc, char** argv) {
     const int item = c.bf16 ? 2 : 4;
     const XLA_FFI_DataType t = c.bf16 ? XLA_FFI_DataType_BF16 : XLA_FFI_DataType_F32;
     const int64_t n = c.rows * c.len;
-    void *x, *w, *y, *dy, *dx, *dw, *inv, *part;
-    const int64_t np = DweightPartialRows(c.rows, c.len);
+    void *x, *w, *y, *dy, *dx, *dw, *inv, *part, *chunks;
+    const int64_t np = DweightPartialRows(c.rows, c.len), nc = ChunkSumsLength(c.rows, c.len);
     cudaMalloc(&x, n * item); cudaMalloc(&y, n * item); cudaMalloc(&dy, n * item); cudaMalloc(&dx, n * item);
-    cudaMalloc(&w, c.len * item); cudaMalloc(&dw, c.len * item); cudaMalloc(&inv, c.rows * 4); cudaMalloc(&part, np * c.len * 4);
+    cudaMalloc(&w, c.len * item); cudaMalloc(&dw, c.len * item); cudaMalloc(&inv, c.rows * 4); cudaMalloc(&part, np * c.len * 4); cudaMalloc(&chunks, std::max<int64_t>(nc, 1) * 4);
     if (c.bf16) { Fill<<<1024, 256>>>((uint16_t*)x, n, 1, true); Fill<<<1024, 256>>>((uint16_t*)dy, n, 2, true); Fill<<<64, 256>>>((uint16_t*)w, c.len, 3, true); }
     else { FillF<<<1024, 256>>>((float*)x, n, 1); FillF<<<1024, 256>>>((float*)dy, n, 2); FillF<<<64, 256>>>((float*)w, c.len, 3); }
     Buf bx(t, x, {c.rows, c.len}), bw(t, w, {c.len}), by(t, y, {c.rows, c.len}), binv(XLA_FFI_DataType_F32, inv, {c.rows});
     Buf bdy(t, dy, {c.rows, c.len}), bdx(t, dx, {c.rows, c.len}), bdw(t, dw, {c.len}), bpart(XLA_FFI_DataType_F32, part, {np, c.len});
-    ForwardBuffers fb{bx.any(), bw.any(), by.any(), binv.any()};
-    BackwardBuffers bb{bdy.any(), binv.any(), bx.any(), bw.any(), bdx.any(), bdw.any(), bpart.any()};
+    Buf bchunks(XLA_FFI_DataType_F32, chunks, {nc});
+    ForwardBuffers fb{bx.any(), bw.any(), by.any(), binv.any(), bchunks.any()};
+    BackwardBuffers bb{bdy.any(), binv.any(), bx.any(), bw.any(), bdx.any(), bdw.any(), bpart.any(), bchunks.any()};
     RowGeometry g{c.rows, c.len};
-    void* scratch_memory; cudaMalloc(&scratch_memory, 64 << 20);
-    const DeviceScratch scratch = [&](size_t bytes) { return bytes <= (64 << 20) ? scratch_memory : nullptr; };
     bool fast_f = true, fast_b = true, split_f = false, split_b = false;
     // BENCH_ONLY=fwd or bwd times one direction only (for profiling).
     const char* only = getenv("BENCH_ONLY");
     const bool do_f = !only || std::string(only) == "fwd", do_b = !only || std::string(only) == "bwd";
     // One call of each direction: the fast kernels, else the split-row ones.
-    auto fwd = [&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r) { r = TrySplitRowsForward(0, scratch, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } };
-    auto bwd = [&] { auto r = TryFastBackward(0, bb, g); if (!r) { r = TrySplitRowsBackward(0, scratch, bb, g); split_b = r.has_value(); } if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } };
+    auto fwd = [&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r) { r = TrySplitRowsForward(0, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } };
+    auto bwd = [&] { auto r = TryFastBackward(0, bb, g); if (!r) { r = TrySplitRowsBackward(0, bb, g); split_b = r.has_value(); } if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } };
     double fus = do_f ? TimeUs(fwd) : 0;
     double bus = do_b ? TimeUs(bwd) : 0;
     const double fhost = do_f ? HostUs(fwd) : 0, bhost = do_b ? HostUs(bwd) : 0;
@@ -115,6 +114,6 @@ int main(int argc, char** argv) {
            bus, bbytes / bus / 1e3, 100 * bbytes / bus / 1e3 / copy_gbps, fast_b ? (split_b ? " (split)" : "") : " (fallback)");
     printf("    host us per call: fwd %.2f bwd %.2f\n", fhost, bhost);
     fflush(stdout);
-    for (void* p : {x, w, y, dy, dx, dw, inv, part, scratch_memory}) cudaFree(p);
+    for (void* p : {x, w, y, dy, dx, dw, inv, part, chunks}) cudaFree(p);
   }
 }

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "dweight_partials.h"
+#include "cuda_scratch.h"
 #include "rms_norm_handlers.h"
 
 namespace py = pybind11;
@@ -50,4 +50,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("dweight_partial_rows", &gpu_ops::DweightPartialRows, py::arg("rows"),
         py::arg("row_length"),
         "Height of the CUDA backward's weight-gradient scratch matrix.");
+  m.def("chunk_sums_length", &gpu_ops::ChunkSumsLength, py::arg("rows"),
+        py::arg("row_length"),
+        "Length of the CUDA calls' chunk-sums scratch vector (0 for rows the "
+        "split-row kernels do not take).");
 }

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_common.cuh"
+#include "cuda_scratch.h"
 #include "rms_norm_checks.h"
 #include "rms_norm_cuda_kernels.h"
 #include "rms_norm_handlers.h"
@@ -18,32 +19,39 @@ namespace {
 
 enum class Kernels { kFast, kApexSeed };
 
-// XLA's scratch allocator as the kernels' DeviceScratch (16-byte aligned).
-DeviceScratch FromXla(ffi::ScratchAllocator& scratch) {
-  return [&scratch](size_t bytes) -> void* {
-    return scratch.Allocate(bytes, 16).value_or(nullptr);
-  };
+// chunk_sums must be the float32 vector of ChunkSumsLength floats.
+ffi::Error CheckChunkSums(const ffi::AnyBuffer& chunk_sums, RowGeometry g) {
+  const int64_t length = ChunkSumsLength(g.rows, g.row_length);
+  auto dims = chunk_sums.dimensions();
+  if (chunk_sums.element_type() != ffi::DataType::F32 || dims.size() != 1 ||
+      dims[0] != length) {
+    return Invalid("chunk_sums must be a float32 vector of " +
+                   std::to_string(length) + " elements, got " +
+                   std::string(DTypeName(chunk_sums.element_type())) +
+                   " of shape " + DimsToString(dims));
+  }
+  return ffi::Error::Success();
 }
 
 // [forward-handler]
 template <Kernels kKernels>
-ffi::Error ForwardCuda(cudaStream_t stream, ffi::ScratchAllocator scratch,
-                       ffi::AnyBuffer x, ffi::AnyBuffer w,
-                       ffi::Result<ffi::AnyBuffer> y,
-                       ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
+ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
+                       ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> y,
+                       ffi::Result<ffi::AnyBuffer> inv_rms,
+                       ffi::Result<ffi::AnyBuffer> chunk_sums, double eps) {
   RowGeometry g;
   if (auto err = CheckForwardBuffers(x, w, eps, *y, *inv_rms, &g);
       err.failure()) {
     return err;
   }
+  if (auto err = CheckChunkSums(*chunk_sums, g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
-  const ForwardBuffers buffers{x, w, *y, *inv_rms};
+  const ForwardBuffers buffers{x, w, *y, *inv_rms, *chunk_sums};
   if constexpr (kKernels == Kernels::kFast) {
     if (auto launched = TryFastForward(stream, buffers, g, eps)) {
       return *launched;
     }
-    if (auto launched =
-            TrySplitRowsForward(stream, FromXla(scratch), buffers, g, eps)) {
+    if (auto launched = TrySplitRowsForward(stream, buffers, g, eps)) {
       return *launched;
     }
   }
@@ -66,12 +74,12 @@ ffi::Error CheckPartials(const ffi::AnyBuffer& partials, ffi::DataType x_type,
 }
 
 template <Kernels kKernels>
-ffi::Error BackwardCuda(cudaStream_t stream, ffi::ScratchAllocator scratch,
-                        ffi::AnyBuffer dy,
+ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
                         ffi::AnyBuffer inv_rms, ffi::AnyBuffer x,
                         ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> dx,
                         ffi::Result<ffi::AnyBuffer> dw,
-                        ffi::Result<ffi::AnyBuffer> partials, double eps) {
+                        ffi::Result<ffi::AnyBuffer> partials,
+                        ffi::Result<ffi::AnyBuffer> chunk_sums, double eps) {
   RowGeometry g;
   if (auto err = CheckBackwardBuffers(dy, inv_rms, x, w, eps, *dx, *dw, &g);
       err.failure()) {
@@ -81,16 +89,17 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::ScratchAllocator scratch,
       err.failure()) {
     return err;
   }
+  if (auto err = CheckChunkSums(*chunk_sums, g); err.failure()) return err;
   if (g.rows == 0) {  // no rows: the weight gradient is zero
     return CudaStatus(
         cudaMemsetAsync(dw->untyped_data(), 0, dw->size_bytes(), stream),
         "clearing the weight gradient");
   }
-  const BackwardBuffers buffers{dy, inv_rms, x, w, *dx, *dw, *partials};
+  const BackwardBuffers buffers{dy,  inv_rms, x,        w,
+                                *dx, *dw,     *partials, *chunk_sums};
   if constexpr (kKernels == Kernels::kFast) {
     if (auto launched = TryFastBackward(stream, buffers, g)) return *launched;
-    if (auto launched =
-            TrySplitRowsBackward(stream, FromXla(scratch), buffers, g)) {
+    if (auto launched = TrySplitRowsBackward(stream, buffers, g)) {
       return *launched;
     }
   }
@@ -101,11 +110,11 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::ScratchAllocator scratch,
 auto ForwardBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::ScratchAllocator>()  // device memory for the call
       .Arg<ffi::AnyBuffer>()  // x
       .Arg<ffi::AnyBuffer>()  // weight
       .Ret<ffi::AnyBuffer>()  // y
       .Ret<ffi::AnyBuffer>()  // inv_rms
+      .Ret<ffi::AnyBuffer>()  // chunk_sums (scratch)
       .Attr<double>("eps");
 }
 // [forward-binding-end]
@@ -113,7 +122,6 @@ auto ForwardBinding() {
 auto BackwardBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::ScratchAllocator>()
       .Arg<ffi::AnyBuffer>()  // dy
       .Arg<ffi::AnyBuffer>()  // inv_rms
       .Arg<ffi::AnyBuffer>()  // x
@@ -121,22 +129,29 @@ auto BackwardBinding() {
       .Ret<ffi::AnyBuffer>()  // dx
       .Ret<ffi::AnyBuffer>()  // dweight
       .Ret<ffi::AnyBuffer>()  // dweight_partials (scratch)
+      .Ret<ffi::AnyBuffer>()  // chunk_sums (scratch)
       .Attr<double>("eps");
 }
 
 }  // namespace
 
 // [handler-symbols]
+// kCmdBufferCompatible: the handlers only launch kernels on the stream, into
+// buffers XLA passes, so XLA may record them into its CUDA graphs.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCuda, ForwardCuda<Kernels::kFast>,
-                              ForwardBinding());
+                              ForwardBinding(),
+                              {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda,
-                              BackwardCuda<Kernels::kFast>, BackwardBinding());
+                              BackwardCuda<Kernels::kFast>, BackwardBinding(),
+                              {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCudaApexSeed,
                               ForwardCuda<Kernels::kApexSeed>,
-                              ForwardBinding());
+                              ForwardBinding(),
+                              {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCudaApexSeed,
                               BackwardCuda<Kernels::kApexSeed>,
-                              BackwardBinding());
+                              BackwardBinding(),
+                              {ffi::Traits::kCmdBufferCompatible});
 // [handler-symbols-end]
 
 }  // namespace gpu_ops

@@ -19,28 +19,25 @@
 
 #include <cuda_runtime.h>
 
-#include <cstddef>
-#include <functional>
 #include <optional>
 
 #include "rms_norm_checks.h"
 
 namespace gpu_ops {
 
+// Scratch buffers: see cuda_scratch.h.
 struct ForwardBuffers {
   ffi::AnyBuffer x, w;        // inputs
   ffi::AnyBuffer y, inv_rms;  // results
+  ffi::AnyBuffer chunk_sums;  // scratch: float32 (ChunkSumsLength)
 };
 
 struct BackwardBuffers {
   ffi::AnyBuffer dy, inv_rms, x, w;  // inputs
   ffi::AnyBuffer dx, dw;             // results
   ffi::AnyBuffer partials;           // scratch: (num_partials, row_length)
+  ffi::AnyBuffer chunk_sums;         // scratch: float32 (ChunkSumsLength)
 };
-
-// Device memory for one handler call, until the work it queued has run (the
-// handlers pass XLA's scratch allocator); nullptr if there is none.
-using DeviceScratch = std::function<void*(size_t bytes)>;
 
 ffi::Error ApexSeedForward(cudaStream_t stream, const ForwardBuffers& b,
                            RowGeometry g, double eps);
@@ -55,11 +52,9 @@ std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
                                           RowGeometry g);
 
 std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
-                                              const DeviceScratch& scratch,
                                               const ForwardBuffers& b,
                                               RowGeometry g, double eps);
 std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
-                                               const DeviceScratch& scratch,
                                                const BackwardBuffers& b,
                                                RowGeometry g);
 

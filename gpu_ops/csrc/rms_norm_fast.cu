@@ -41,6 +41,7 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "cuda_scratch.h"
 #include "dtype_dispatch.h"
 #include "fast_kernels_common.cuh"
 #include "rms_norm_cuda_kernels.h"
@@ -56,6 +57,9 @@ constexpr int kMaxCluster = 8;          // Hopper's portable cluster limit
 // values per row fit (the build fails on a register spill).
 constexpr int kMaxForwardValues = 16;
 constexpr int kMaxBackwardValues = 8;
+// Rows the split-row kernels leave to these ones fit one block.
+static_assert(kMaxThreads * kMaxBackwardValues >= kSplitRowsAbove &&
+              kMaxThreads * kMaxForwardValues >= kSplitRowsAbove);
 // Rows in the shared-memory ring of each cluster row team (RowRing): the one
 // being worked on and kStages - 1 on their way. On an H200, 3 to 6 stages
 // ran equally fast.

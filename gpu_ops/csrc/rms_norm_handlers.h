@@ -2,8 +2,9 @@
 //
 //   forward:  (x, weight; eps) -> (y, inv_rms)
 //   backward: (dy, inv_rms, x, weight; eps) -> (dx, dweight)
-//             the CUDA backward has one more result, dweight_partials, a
-//             float32/float64 scratch matrix of per-block weight-gradient sums.
+// The CUDA handlers have scratch results besides (cuda_scratch.h): chunk_sums
+// after the forward's results, dweight_partials and chunk_sums after the
+// backward's.
 //
 // y and dy have weight's dtype, dx has x's dtype, inv_rms has x's leading
 // (non-normalised) shape and is float32 unless x is float64.

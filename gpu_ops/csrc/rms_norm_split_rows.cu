@@ -12,6 +12,8 @@
 //    the same order, so all blocks of a row get the same total), then
 //    normalises its chunk (ChunkForwardKernel) or computes its chunk of dx
 //    and of the weight gradient's partial sums (ChunkBackwardKernel).
+// The scratch matrix is the call's chunk_sums result (cuda_scratch.h), which
+// exists for rows longer than kSplitRowsAbove only.
 // x (and dy) are read twice; when they fit in L2 (50 MB on an H100 or H200,
 // 16 MB of x for the seed's shape in bfloat16) the second read mostly hits
 // it.
@@ -25,16 +27,12 @@
 #include <string>
 
 #include "cuda_common.cuh"
+#include "cuda_scratch.h"
 #include "fast_kernels_common.cuh"
 #include "rms_norm_cuda_kernels.h"
 
 namespace gpu_ops {
 namespace {
-
-constexpr int kSplitThreads = 256;
-// Values per thread: the backward also keeps weight-gradient sums.
-constexpr int kForwardValues = 16;
-constexpr int kBackwardValues = 8;
 
 // Where this thread's vectors of chunk `chunk` lie in its row.
 __device__ Place ChunkPlace(int64_t chunk, int vectors) {
@@ -171,36 +169,48 @@ struct Split {
   float* chunk_sums;
 };
 
+// (The handlers have checked chunk_sums' dtype and length; the check here
+// keeps the kernels within it should the chunk sizes ever disagree.)
 template <typename T, int kVectors>
-ffi::Error PlanSplit(const DeviceScratch& scratch, RowGeometry g, Split* split) {
+ffi::Error PlanSplit(const ffi::AnyBuffer& chunk_sums, RowGeometry g,
+                     Split* split) {
   split->row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
   split->chunks = static_cast<int>(
       CeilDiv(split->row_vectors, int64_t{kSplitThreads} * kVectors));
-  const size_t bytes = static_cast<size_t>(g.rows * split->chunks) * sizeof(float);
-  split->chunk_sums = static_cast<float*>(scratch(bytes));
-  if (split->chunk_sums != nullptr) return ffi::Error::Success();
-  return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                    "gpu_ops rms_norm: could not allocate " +
-                        std::to_string(bytes) +
-                        " bytes of scratch memory for the row sums");
+  split->chunk_sums = static_cast<float*>(chunk_sums.untyped_data());
+  if (static_cast<int64_t>(chunk_sums.element_count()) >=
+      g.rows * split->chunks) {
+    return ffi::Error::Success();
+  }
+  return ffi::Error::Internal(
+      "gpu_ops rms_norm: chunk_sums holds " +
+      std::to_string(chunk_sums.element_count()) + " floats, the kernels need " +
+      std::to_string(g.rows * split->chunks));
 }
 
 template <typename T, int kValues>
 constexpr int kVectorsOf = kValues / Pack<T>::kSize;
 
+// Rows the split-row kernels take: longer than kSplitRowsAbove (shorter rows
+// have no chunk_sums), fast kernel dtypes and vectors.
+template <typename... Buffers>
+bool Taken(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, RowGeometry g,
+           const Buffers&... buffers) {
+  return g.row_length > kSplitRowsAbove && Covered(x, w, g, buffers...);
+}
+
 }  // namespace
 
 std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
-                                              const DeviceScratch& scratch,
                                               const ForwardBuffers& b,
                                               RowGeometry g, double eps) {
-  if (!Covered(b.x, b.w, g, b.y, b.inv_rms)) return std::nullopt;
+  if (!Taken(b.x, b.w, g, b.y, b.inv_rms, b.chunk_sums)) return std::nullopt;
   return DispatchFastType(
       b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
         using T = typename decltype(tag)::type;
-        constexpr int kVectors = kVectorsOf<T, kForwardValues>;
+        constexpr int kVectors = kVectorsOf<T, kSplitForwardValues>;
         Split split;
-        if (auto err = PlanSplit<T, kVectors>(scratch, g, &split);
+        if (auto err = PlanSplit<T, kVectors>(b.chunk_sums, g, &split);
             err.failure()) {
           return err;
         }
@@ -224,18 +234,18 @@ std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
 }
 
 std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
-                                               const DeviceScratch& scratch,
                                                const BackwardBuffers& b,
                                                RowGeometry g) {
-  if (!Covered(b.x, b.w, g, b.dy, b.inv_rms, b.dx, b.dw, b.partials)) {
+  if (!Taken(b.x, b.w, g, b.dy, b.inv_rms, b.dx, b.dw, b.partials,
+             b.chunk_sums)) {
     return std::nullopt;
   }
   return DispatchFastType(
       b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
         using T = typename decltype(tag)::type;
-        constexpr int kVectors = kVectorsOf<T, kBackwardValues>;
+        constexpr int kVectors = kVectorsOf<T, kSplitBackwardValues>;
         Split split;
-        if (auto err = PlanSplit<T, kVectors>(scratch, g, &split);
+        if (auto err = PlanSplit<T, kVectors>(b.chunk_sums, g, &split);
             err.failure()) {
           return err;
         }
