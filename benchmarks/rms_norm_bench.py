@@ -11,7 +11,10 @@ Timing is on the device: one jitted call chains CHAIN applications of the op
 (each one's outputs are the next one's inputs, so none can be skipped or
 overlapped), `calls` such calls run back to back with one synchronisation at
 the end, and the time per op of the median of `repeats` such runs is
-reported, after a warm-up. Host dispatch is amortised over CHAIN * calls ops.
+reported, after a warm-up. Host dispatch is amortised over CHAIN * calls ops;
+on a GPU, cases that move less than SMALL_CASE_BYTES run at least SMALL_CASE_CALLS
+calls, because their ops take microseconds and a few calls' dispatch and
+synchronisation would otherwise show in the time per op.
 Inputs are random; each implementation's results are checked against XLA's
 before it is timed. The device's copy bandwidth (read + write of a 1 GiB
 buffer, by a chained elementwise negation) is measured the same way in the
@@ -56,6 +59,8 @@ def xla_rms_norm(x, weight, eps=1e-5):
 
 
 CHAIN = 20
+SMALL_CASE_BYTES = 64 << 20
+SMALL_CASE_CALLS = 10
 
 
 def implementations(on_gpu):
@@ -157,8 +162,10 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out):
             for name, fns in functions.items():
                 checked, step = fns[op]
                 _check(checked(x, weight, dy), expected, name, op)
-                seconds = per_op_seconds(step, timed_args, calls, repeats)
                 nbytes = minimum_bytes(op, dtype, rows, row_len)
+                case_calls = (max(calls, SMALL_CASE_CALLS)
+                              if on_gpu and nbytes < SMALL_CASE_BYTES else calls)
+                seconds = per_op_seconds(step, timed_args, case_calls, repeats)
                 record = {**common, "op": op, "impl": name, "dtype": dtype, "rows": rows,
                           "row_len": row_len, "median_us": round(seconds * 1e6, 2),
                           "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 1),

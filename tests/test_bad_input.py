@@ -106,9 +106,10 @@ def test_backward_handler_rejects_mismatched_buffers(bad):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scratch,message", [
-    ([((2, 8), jnp.float32), ((0,), jnp.float32)], "dweight_partials must be"),
+    ([((4, 9), jnp.float32), ((0,), jnp.float32)], "dweight_partials must be"),
+    ([((4, 8), jnp.float16), ((0,), jnp.float32)], "dweight_partials must be"),
     ([((4, 8), jnp.float32), ((3,), jnp.float32)], "chunk_sums must be"),
-    ([((4, 8), jnp.float32)], "Wrong number of results"),
+    ([((4, 8), jnp.float32), ((0,), jnp.int32)], "chunk_sums must be"),
 ])
 def test_cuda_backward_handler_checks_its_scratch(scratch, message):
     results = [_spec((4, 8), jnp.float32), _spec((8,), jnp.float32),

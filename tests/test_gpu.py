@@ -5,7 +5,11 @@ the CUDA path gets the same dtype, shape, gradient and transformation checks
 as the CPU path; these add what needs a real GPU.
 """
 
-import re
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -110,44 +114,53 @@ def test_seed_kernels_stay_callable(dtype, row_length):
     assert 'custom_call_target="gpu_ops_rms_norm_fwd_apex_seed"' in hlo
 
 
-def _targets_in_command_buffers(hlo_text):
-    """Custom-call targets inside the computations XLA runs as CUDA graphs.
-
-    XLA's command-buffer scheduling moves what it records into computations
-    named command_buffer...; everything else it launches one by one.
-    """
-    targets, computation = set(), ""
-    for line in hlo_text.splitlines():
-        if line and not line[0].isspace() and line.rstrip().endswith("{"):
-            computation = line.removeprefix("ENTRY ").split()[0]
-        elif "command_buffer" in computation:
-            targets.update(re.findall(r'custom_call_target="([^"]+)"', line))
-    return targets
+# XLA records a run of at least 5 commands (its default minimum) into a
+# command buffer, a CUDA graph, if every command may be recorded.
+CALLS_FOR_A_GRAPH = 6
 
 
-@pytest.mark.parametrize("row_length", [4_096, 262_144])  # a block per row; split rows
-def test_calls_run_from_xla_cuda_graphs(row_length):
-    # Enough calls for XLA to record them into a CUDA graph (its default
-    # minimum is 5 commands); the handlers declare they may be recorded.
-    calls = 6
+def _vjps(xs, weight, dys):
+    """The VJP of rms_norm for each (x, dy) pair: 2 * len(xs) custom calls."""
+    results = []
+    for x, dy in zip(xs, dys):
+        y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+        results.append((y, *pullback(dy)))
+    return results
 
-    def vjps(xs, weight, dys):
-        results = []
-        for x, dy in zip(xs, dys):
-            y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
-            results.append((y, *pullback(dy)))
-        return results
 
+def test_xla_records_the_calls_into_cuda_graphs(tmp_path):
+    # Which thunks XLA runs from a command buffer shows in its thunk dump, so
+    # this compiles in a fresh process with XLA_FLAGS set.
+    script = textwrap.dedent(f"""
+        import jax, jax.numpy as jnp
+        import test_gpu
+        for row_length in (4_096, 262_144):  # a block per row; split rows
+            xs = jnp.ones(({CALLS_FOR_A_GRAPH}, 37, row_length))
+            jax.jit(test_gpu._vjps).lower(xs, jnp.ones(row_length), xs).compile()
+    """)
+    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path}",
+           "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True)
+    dumps = sorted(tmp_path.glob("*jit__vjps.thunk_sequence_after_thunk_passes.txt"))
+    assert len(dumps) == 2, sorted(p.name for p in tmp_path.iterdir())
+    for dump in dumps:
+        lines = dump.read_text().splitlines()
+        assert lines[0].startswith("000: kCommandBuffer"), lines[:3]
+        recorded = [line for line in lines[1:] if line[0].isspace() and "kCustomCall" in line]
+        assert len(recorded) == 2 * CALLS_FOR_A_GRAPH, lines
+
+
+@pytest.mark.parametrize("row_length", [4_096, 262_144])
+def test_calls_give_the_same_results_from_cuda_graphs(row_length):
     def inputs(seed):
         kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
-        shape = (calls, 37, row_length)
+        shape = (CALLS_FOR_A_GRAPH, 37, row_length)
         return (jax.random.normal(kx, shape, jnp.float32),
                 1 + 0.3 * jax.random.normal(kw, (row_length,), jnp.float32),
                 jax.random.normal(kd, shape, jnp.float32))
 
-    compiled = jax.jit(vjps).lower(*inputs(0)).compile()
-    recorded = _targets_in_command_buffers(compiled.as_text())
-    assert {"gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_bwd"} <= recorded, recorded
+    compiled = jax.jit(_vjps).lower(*inputs(0)).compile()
     for seed in (0, 1):  # new buffers the second time: XLA records the graph again
         xs, weight, dys = inputs(seed)
         for (y, dx, dweight), x, dy in zip(compiled(xs, weight, dys), xs, dys):
