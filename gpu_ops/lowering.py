@@ -48,13 +48,16 @@ def _backward_scratch(avals_in):
     return ffi_targets.cuda_backward_scratch(x.shape, x.dtype, weight.shape)
 
 
-mlir.register_lowering(
-    rms_norm_fwd_shard_p, _with_float64_eps(_forward_call), platform="cpu")
-mlir.register_lowering(
-    rms_norm_bwd_shard_p, _with_float64_eps(_backward_call), platform="cpu")
-mlir.register_lowering(
-    rms_norm_fwd_shard_p, _with_cuda_scratch(_forward_call, _forward_scratch),
-    platform="cuda")
-mlir.register_lowering(
-    rms_norm_bwd_shard_p, _with_cuda_scratch(_backward_call, _backward_scratch),
-    platform="cuda")
+#: The lowering rules of the forward and backward custom calls, per platform.
+FORWARD_RULES = {
+    "cpu": _with_float64_eps(_forward_call),
+    "cuda": _with_cuda_scratch(_forward_call, _forward_scratch),
+}
+BACKWARD_RULES = {
+    "cpu": _with_float64_eps(_backward_call),
+    "cuda": _with_cuda_scratch(_backward_call, _backward_scratch),
+}
+
+for _platform in ("cpu", "cuda"):
+    mlir.register_lowering(rms_norm_fwd_shard_p, FORWARD_RULES[_platform], platform=_platform)
+    mlir.register_lowering(rms_norm_bwd_shard_p, BACKWARD_RULES[_platform], platform=_platform)
