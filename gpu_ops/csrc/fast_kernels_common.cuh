@@ -117,12 +117,12 @@ __device__ void LoadVectors(const P* __restrict__ row, int row_vectors,
   }
 }
 
-// Writes this thread's vectors of y = w * (inv * x) into the row at `y`.
-template <int kVectors, typename T>
-__device__ void StoreNormalised(const Pack<T> (&xv)[kVectors],
-                                const Pack<T> (&wv)[kVectors], float inv,
-                                Pack<T>* __restrict__ y, int row_vectors,
-                                const Place& at) {
+// Writes this thread's vectors of a row, value(k, e) for element e of its
+// vector k, into the row at `row` (vectors past its end are skipped).
+template <int kVectors, typename T, typename Value>
+__device__ __forceinline__ void StoreVectors(Pack<T>* __restrict__ row,
+                                             int row_vectors, const Place& at,
+                                             Value value) {
 #pragma unroll
   for (int k = 0; k < kVectors; ++k) {
     const int c = at.first + k * at.stride;
@@ -130,12 +130,22 @@ __device__ void StoreNormalised(const Pack<T> (&xv)[kVectors],
       Pack<T> out;
 #pragma unroll
       for (int e = 0; e < Pack<T>::kSize; ++e) {
-        out.v[e] = Storage<T>::From(ToAcc<float>(wv[k].v[e]) *
-                                    (inv * ToAcc<float>(xv[k].v[e])));
+        out.v[e] = Storage<T>::From(value(k, e));
       }
-      y[c] = out;
+      row[c] = out;
     }
   }
+}
+
+// Writes this thread's vectors of y = w * (inv * x) into the row at `y`.
+template <int kVectors, typename T>
+__device__ void StoreNormalised(const Pack<T> (&xv)[kVectors],
+                                const Pack<T> (&wv)[kVectors], float inv,
+                                Pack<T>* __restrict__ y, int row_vectors,
+                                const Place& at) {
+  StoreVectors<kVectors>(y, row_vectors, at, [&](int k, int e) {
+    return ToAcc<float>(wv[k].v[e]) * (inv * ToAcc<float>(xv[k].v[e]));
+  });
 }
 
 // Writes this thread's vectors of dx = inv * (dy*w - x * correction) into
@@ -146,20 +156,10 @@ __device__ void StoreInputGradient(const Pack<T> (&dyv)[kVectors],
                                    const Pack<T> (&wv)[kVectors], float inv,
                                    float correction, Pack<T>* __restrict__ dx,
                                    int row_vectors, const Place& at) {
-#pragma unroll
-  for (int k = 0; k < kVectors; ++k) {
-    const int c = at.first + k * at.stride;
-    if (c < row_vectors) {
-      Pack<T> out;
-#pragma unroll
-      for (int e = 0; e < Pack<T>::kSize; ++e) {
-        const float dyw = ToAcc<float>(dyv[k].v[e]) * ToAcc<float>(wv[k].v[e]);
-        out.v[e] = Storage<T>::From(
-            inv * (dyw - ToAcc<float>(xv[k].v[e]) * correction));
-      }
-      dx[c] = out;
-    }
-  }
+  StoreVectors<kVectors>(dx, row_vectors, at, [&](int k, int e) {
+    const float dyw = ToAcc<float>(dyv[k].v[e]) * ToAcc<float>(wv[k].v[e]);
+    return inv * (dyw - ToAcc<float>(xv[k].v[e]) * correction);
+  });
 }
 
 // Writes this thread's weight-gradient sums dw (for its vectors of the row)

@@ -169,23 +169,30 @@ struct Split {
   float* chunk_sums;
 };
 
+// Plans the split of the rows into chunks and launches pass 1: chunk_sums =
+// the chunk sums of a * b * weight (the forward passes x, x and no weight).
 // (The handlers have checked chunk_sums' dtype and length; the check here
 // keeps the kernels within it should the chunk sizes ever disagree.)
 template <typename T, int kVectors>
-ffi::Error PlanSplit(const ffi::AnyBuffer& chunk_sums, RowGeometry g,
+ffi::Error SumChunks(cudaStream_t stream, const ffi::AnyBuffer& chunk_sums,
+                     RowGeometry g, const T* a, const T* b, const T* weight,
                      Split* split) {
   split->row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
   split->chunks = static_cast<int>(
       CeilDiv(split->row_vectors, int64_t{kSplitThreads} * kVectors));
   split->chunk_sums = static_cast<float*>(chunk_sums.untyped_data());
-  if (static_cast<int64_t>(chunk_sums.element_count()) >=
+  if (static_cast<int64_t>(chunk_sums.element_count()) <
       g.rows * split->chunks) {
-    return ffi::Error::Success();
+    return ffi::Error::Internal(
+        "gpu_ops rms_norm: chunk_sums holds " +
+        std::to_string(chunk_sums.element_count()) +
+        " floats, the kernels need " + std::to_string(g.rows * split->chunks));
   }
-  return ffi::Error::Internal(
-      "gpu_ops rms_norm: chunk_sums holds " +
-      std::to_string(chunk_sums.element_count()) + " floats, the kernels need " +
-      std::to_string(g.rows * split->chunks));
+  ChunkSumsKernel<T, kVectors>
+      <<<Blocks(g.rows * split->chunks), kSplitThreads, 0, stream>>>(
+          a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
+          split->chunks);
+  return CheckLaunch("launching the chunk sums kernel");
 }
 
 template <typename T, int kValues>
@@ -209,21 +216,15 @@ std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
       b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
         using T = typename decltype(tag)::type;
         constexpr int kVectors = kVectorsOf<T, kSplitForwardValues>;
-        Split split;
-        if (auto err = PlanSplit<T, kVectors>(b.chunk_sums, g, &split);
-            err.failure()) {
-          return err;
-        }
         const T* x = static_cast<const T*>(b.x.untyped_data());
-        const unsigned blocks = Blocks(g.rows * split.chunks);
-        ChunkSumsKernel<T, kVectors><<<blocks, kSplitThreads, 0, stream>>>(
-            x, x, nullptr, split.chunk_sums, g.rows, split.row_vectors,
-            split.chunks);
-        if (auto err = CheckLaunch("launching the chunk sums kernel");
+        Split split;
+        if (auto err = SumChunks<T, kVectors>(stream, b.chunk_sums, g, x, x,
+                                              nullptr, &split);
             err.failure()) {
           return err;
         }
-        ChunkForwardKernel<T, kVectors><<<blocks, kSplitThreads, 0, stream>>>(
+        ChunkForwardKernel<T, kVectors>
+            <<<Blocks(g.rows * split.chunks), kSplitThreads, 0, stream>>>(
             x, static_cast<const T*>(b.w.untyped_data()), split.chunk_sums,
             static_cast<T*>(b.y.untyped_data()),
             static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
@@ -244,19 +245,12 @@ std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
       b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
         using T = typename decltype(tag)::type;
         constexpr int kVectors = kVectorsOf<T, kSplitBackwardValues>;
-        Split split;
-        if (auto err = PlanSplit<T, kVectors>(b.chunk_sums, g, &split);
-            err.failure()) {
-          return err;
-        }
         const T* dy = static_cast<const T*>(b.dy.untyped_data());
         const T* x = static_cast<const T*>(b.x.untyped_data());
         const T* w = static_cast<const T*>(b.w.untyped_data());
-        ChunkSumsKernel<T, kVectors>
-            <<<Blocks(g.rows * split.chunks), kSplitThreads, 0, stream>>>(
-                dy, x, w, split.chunk_sums, g.rows, split.row_vectors,
-                split.chunks);
-        if (auto err = CheckLaunch("launching the chunk sums kernel");
+        Split split;
+        if (auto err = SumChunks<T, kVectors>(stream, b.chunk_sums, g, dy, x,
+                                              w, &split);
             err.failure()) {
           return err;
         }
