@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 
@@ -58,51 +59,140 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+constexpr int kMaxCluster = 8;  // Hopper's portable cluster limit
+
 // Shared memory for TeamSum. Alternate calls use alternate halves, so one
-// barrier per call suffices: a slot is rewritten two calls later, after every
-// thread (and, in a cluster, every block) has passed the barrier of the call
-// in between, so after all reads of it.
+// block barrier per call suffices: a slot is rewritten two calls later, after
+// every thread of the block has passed the barrier of the call in between,
+// so after all reads of it. (In a cluster, a block sends its sum for call
+// c + 2 only once the sums of call c + 1 from every block have landed, and
+// each block sends those after its own barrier of that call.)
 struct TeamSumSlots {
   float warps[2][kMaxThreads / kWarpSize];  // each warp's sum
-  float block[2];  // the block's sum, read by the other blocks of a cluster
+  // Cluster teams: every block's sum, sent by each block to every block of
+  // the cluster (blocks[half][sender]), and a barrier per half that
+  // completes when all of them have landed.
+  float blocks[2][kMaxCluster];
+  uint64_t landed[2];
 };
 
-// Sum of the blocks' totals over the cluster, through distributed shared
-// memory.
-__device__ float ClusterSum(float block_total, int cluster, float* slots) {
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Before the first TeamSum of teams spread over a cluster (kClustered):
+// sets up the barriers that the blocks' sums land on, in every block of the
+// cluster.
+template <bool kClustered>
+__device__ void StartClusterSums(TeamSumSlots& slots) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cg::cluster_group group = cg::this_cluster();
-  if (threadIdx.x == 0) *slots = block_total;
-  group.sync();
+  if constexpr (!kClustered) return;
+  if (threadIdx.x == 0) {
+    for (uint64_t& landed : slots.landed) {
+      // One arrival per phase: this block's thread 0, with the bytes due.
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(
+                       SharedAddress(&landed))
+                   : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  cg::this_cluster().sync();  // no block sends before every barrier is set
+#else
+  (void)slots;
+#endif
+}
+
+// Sum of the blocks' totals over the cluster, through distributed shared
+// memory. Thread 0 of each block sends its block's total to every block with
+// an asynchronous store (st.async) that counts its bytes on the receiving
+// block's barrier; each block waits for its own barrier, then adds up what
+// landed. A cluster barrier would cost a memory fence at GPU scope (it waits
+// for this thread's outstanding stores to global memory) in every call.
+__device__ float ClusterSum(float block_total, int cluster, int rank,
+                            TeamSumSlots& slots, unsigned call) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int half = call % 2;
+  const uint32_t landed = SharedAddress(&slots.landed[half]);
+  if (threadIdx.x == 0) {
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(landed),
+        "r"(static_cast<uint32_t>(cluster * sizeof(float)))
+        : "memory");
+    const uint32_t slot = SharedAddress(&slots.blocks[half][rank]);
+    for (int r = 0; r < cluster; ++r) {
+      uint32_t remote_slot, remote_landed;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                   : "=r"(remote_slot)
+                   : "r"(slot), "r"(r));
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                   : "=r"(remote_landed)
+                   : "r"(landed), "r"(r));
+      asm volatile(
+          "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], "
+          "%1, [%2];" ::"r"(remote_slot),
+          "r"(__float_as_uint(block_total)), "r"(remote_landed)
+          : "memory");
+    }
+  }
+  // This half's barrier completes its phases on calls half, half + 2, ...
+  const uint32_t phase = (call / 2) % 2;
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(landed), "r"(phase)
+        : "memory");
+  }
   float total = 0;
-  for (int r = 0; r < cluster; ++r) total += *group.map_shared_rank(slots, r);
+  for (int r = 0; r < cluster; ++r) total += slots.blocks[half][r];
   return total;
 #else
   // Clusters exist from sm_90 on; the host never asks for one otherwise.
-  (void)block_total, (void)cluster, (void)slots;
+  (void)block_total, (void)cluster, (void)rank, (void)slots, (void)call;
   __trap();
 #endif
 }
 
-// Sum of v over the row team (every thread of the team gets it). Every thread
-// of the block calls it the same number of times. Each warp adds up its
-// lanes, then reads the team's warp sums (one per lane) and adds those up.
-__device__ float TeamSum(float v, const Shape& s, TeamSumSlots& slots,
-                         int& parity) {
+// Sum of v over the row team of `at` (every thread of the team gets it).
+// Every thread of the block calls it the same number of times, counting the
+// calls in `calls` (which starts at 0). Each warp adds up its lanes, then
+// reads the team's warp sums (one per lane) and adds those up; teams spread
+// over a cluster (kClustered, s.cluster > 1) then add up the blocks' sums.
+// (Kernels for teams of one block leave the cluster code out: present but
+// not run, it still slowed them down.)
+template <bool kClustered>
+__device__ float TeamSum(float v, const Shape& s, const Place& at,
+                         TeamSumSlots& slots, unsigned& calls) {
+  const int half = calls % 2;
   v = WarpSum(v);
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  if (lane == 0) slots.warps[parity][warp] = v;
+  if (lane == 0) slots.warps[half][warp] = v;
   __syncthreads();
   const int team_warps = s.team / kWarpSize;
-  const int first = warp / team_warps * team_warps;
+  const int first = at.team * team_warps;
   float total =
-      WarpSum(lane < team_warps ? slots.warps[parity][first + lane] : 0.0f);
-  if (s.cluster > 1) {
-    total = ClusterSum(total, s.cluster, &slots.block[parity]);
+      WarpSum(lane < team_warps ? slots.warps[half][first + lane] : 0.0f);
+  if constexpr (kClustered) {
+    total = ClusterSum(total, s.cluster, at.rank, slots, calls);
   }
-  parity ^= 1;
+  ++calls;
   return total;
+}
+
+// The vector at p if `ok`, else zeros. The choice is made on four 32-bit
+// words: made on the vector's values, it costs an instruction per 16-bit
+// value.
+template <typename P>
+__device__ __forceinline__ P VectorOrZeros(bool ok, const P* p) {
+  const uint4 words =
+      ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+  P v;
+  memcpy(&v, &words, sizeof(P));
+  return v;
 }
 
 // This thread's vectors of a row (of x, dy or the weight) that starts at
@@ -113,7 +203,7 @@ __device__ void LoadVectors(const P* __restrict__ row, int row_vectors,
 #pragma unroll
   for (int k = 0; k < kVectors; ++k) {
     const int c = at.first + k * at.stride;
-    v[k] = c < row_vectors ? row[c] : P{};
+    v[k] = VectorOrZeros(c < row_vectors, row + c);
   }
 }
 

@@ -50,7 +50,6 @@ namespace gpu_ops {
 namespace {
 
 constexpr int kTeamBlockThreads = 512;  // block size when teams share a block
-constexpr int kMaxCluster = 8;          // Hopper's portable cluster limit
 // Registers per thread are capped at 64 by __launch_bounds__(1024). A thread
 // holds its values of the weight and of the row it works on (in the
 // backward, of dy as well, plus weight-gradient sums): up to this many
@@ -77,13 +76,12 @@ __device__ Place ThreadPlace(const Shape& s) {
           rank * s.team * s.vectors + lane_in_team, s.team};
 }
 
-// Blocks of a cluster must not exit while the others may read their shared
-// memory.
-__device__ void LeaveCluster(const Shape& s) {
+// Blocks of a cluster must not exit while the others may still send to
+// their shared memory.
+template <bool kClustered>
+__device__ void LeaveCluster() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (s.cluster > 1) cg::this_cluster().sync();
-#else
-  (void)s;
+  if constexpr (kClustered) cg::this_cluster().sync();
 #endif
 }
 
@@ -119,7 +117,7 @@ struct RowRing {
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
       const int c = at.first + k * at.stride;
-      v[k] = exists && c < row_vectors ? *Slot(stage, k) : P{};
+      v[k] = VectorOrZeros(exists && c < row_vectors, Slot(stage, k));
     }
   }
 };
@@ -187,7 +185,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 // one block): cluster c normalises row c, then `step` rows further, and so
 // on, with the next rows streaming into the ring; the weight stays in
 // registers throughout.
-template <typename T, int kVectors>
+template <typename T, int kVectors, bool kClustered>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     ClusterForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
                       T* __restrict__ y, float* __restrict__ inv_rms,
@@ -196,7 +194,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   using P = Pack<T>;
   extern __shared__ float4 ring_memory[];
   __shared__ TeamSumSlots sums;
-  int parity = 0;
+  StartClusterSums<kClustered>(sums);
+  unsigned calls = 0;
   const Place at = ThreadPlace(shape);
   const P* xp = reinterpret_cast<const P*>(x);
   P* yp = reinterpret_cast<P*>(y);
@@ -231,21 +230,21 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       }
     }
     const float total =
-        TeamSum(sum_squares, shape, sums, parity);
+        TeamSum<kClustered>(sum_squares, shape, at, sums, calls);
     const float inv = rsqrtf(total / row_length + eps);
     if (row < rows) {
       StoreNormalised(xv, wv, inv, yp + row * row_vectors, row_vectors, at);
       if (at.rank == 0 && threadIdx.x % shape.team == 0) inv_rms[row] = inv;
     }
   }
-  LeaveCluster(shape);
+  LeaveCluster<kClustered>();
 }
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Team i of the grid takes the rows of segment i (rows_per_partial of them,
 // streaming in through two rings, for dy and x) and writes their weight
 // gradient to row i of `partials`.
-template <typename T, int kVectors>
+template <typename T, int kVectors, bool kClustered>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     FastBackwardKernel(const T* __restrict__ dy,
                        const float* __restrict__ inv_rms,
@@ -257,7 +256,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   using P = Pack<T>;
   extern __shared__ float4 ring_memory[];
   __shared__ TeamSumSlots sums;
-  int parity = 0;
+  StartClusterSums<kClustered>(sums);
+  unsigned calls = 0;
   const Place at = ThreadPlace(shape);
   const int64_t segment =
       int64_t{blockIdx.x / shape.cluster} * shape.teams + at.team;
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       }
     }
     const float correction =
-        inv * inv * TeamSum(dot, shape, sums, parity) /
+        inv * inv * TeamSum<kClustered>(dot, shape, at, sums, calls) /
         row_length;
     if (exists) {
       StoreInputGradient(dyv, xv, wv, inv, correction,
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     StorePartials(dw, partials + segment * row_vectors * P::kSize,
                   row_vectors, at);
   }
-  LeaveCluster(shape);
+  LeaveCluster<kClustered>();
 }
 
 // The smallest cluster, then the most vectors per thread (loads in flight are
@@ -369,7 +369,8 @@ int MaxCluster() {
     cudaFuncAttributes attributes{};
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                device) != cudaSuccess ||
-        cudaFuncGetAttributes(&attributes, ClusterForwardKernel<float, 1>) !=
+        cudaFuncGetAttributes(&attributes,
+                              ClusterForwardKernel<float, 1, true>) !=
             cudaSuccess) {
       cudaGetLastError();  // a failed query only means: no clusters
       return int64_t{1};
@@ -471,6 +472,14 @@ std::optional<ffi::Error> DispatchVectors(int vectors, Fn&& fn) {
   }
 }
 
+// Calls fn(std::bool_constant<shape.cluster > 1>{}): the kernel for teams
+// spread over a cluster, or the one for teams of one block.
+template <typename Fn>
+std::optional<ffi::Error> DispatchClustered(const Shape& shape, Fn&& fn) {
+  if (shape.cluster > 1) return fn(std::true_type{});
+  return fn(std::false_type{});
+}
+
 // Picks the launch shape for rows of T (at most kMaxValues values per thread)
 // and calls fn(shape, std::integral_constant<int, shape.vectors>{}); nullopt
 // if no shape fits.
@@ -516,21 +525,25 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
                 return CheckLaunch("launching the forward kernel");
               }
               // Rows over a cluster (or more rows than a grid's blocks).
-              const auto kernel = ClusterForwardKernel<T, kVectors>;
-              const int ring_bytes = RingBytes(shape, 1);
-              // As many groups as run at once; each works through many rows.
-              const int64_t groups =
-                  std::min(CeilDiv(g.rows, shape.teams),
-                           ResidentGroups(kernel, shape, ring_bytes));
-              return Launch(stream, kernel, shape, groups, ring_bytes,
-                            "launching the forward kernel",
-                            static_cast<const T*>(b.x.untyped_data()),
-                            static_cast<const T*>(b.w.untyped_data()),
-                            static_cast<T*>(b.y.untyped_data()),
-                            static_cast<float*>(b.inv_rms.untyped_data()),
-                            g.rows, row_vectors, shape,
-                            static_cast<float>(g.row_length),
-                            static_cast<float>(eps));
+              return DispatchClustered(shape, [&](auto clustered) {
+                const auto kernel =
+                    ClusterForwardKernel<T, kVectors, decltype(clustered)::value>;
+                const int ring_bytes = RingBytes(shape, 1);
+                // As many groups as run at once; each works through many
+                // rows.
+                const int64_t groups =
+                    std::min(CeilDiv(g.rows, shape.teams),
+                             ResidentGroups(kernel, shape, ring_bytes));
+                return Launch(stream, kernel, shape, groups, ring_bytes,
+                              "launching the forward kernel",
+                              static_cast<const T*>(b.x.untyped_data()),
+                              static_cast<const T*>(b.w.untyped_data()),
+                              static_cast<T*>(b.y.untyped_data()),
+                              static_cast<float*>(b.inv_rms.untyped_data()),
+                              g.rows, row_vectors, shape,
+                              static_cast<float>(g.row_length),
+                              static_cast<float>(eps));
+              });
             });
       });
 }
@@ -553,17 +566,22 @@ std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
                 row_vectors,
                 [&](const Shape& shape,
                     auto vectors) -> std::optional<ffi::Error> {
-                  return Launch(
-                      stream, FastBackwardKernel<T, decltype(vectors)::value>,
-                      shape, CeilDiv(num_partials, shape.teams),
-                      RingBytes(shape, 2), "launching the backward kernel",
-                      static_cast<const T*>(b.dy.untyped_data()),
-                      static_cast<const float*>(b.inv_rms.untyped_data()),
-                      static_cast<const T*>(b.x.untyped_data()),
-                      static_cast<const T*>(b.w.untyped_data()),
-                      static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
-                      row_vectors, num_partials, CeilDiv(g.rows, num_partials),
-                      shape, static_cast<float>(g.row_length));
+                  return DispatchClustered(shape, [&](auto clustered) {
+                    return Launch(
+                        stream,
+                        FastBackwardKernel<T, decltype(vectors)::value,
+                                           decltype(clustered)::value>,
+                        shape, CeilDiv(num_partials, shape.teams),
+                        RingBytes(shape, 2), "launching the backward kernel",
+                        static_cast<const T*>(b.dy.untyped_data()),
+                        static_cast<const float*>(b.inv_rms.untyped_data()),
+                        static_cast<const T*>(b.x.untyped_data()),
+                        static_cast<const T*>(b.w.untyped_data()),
+                        static_cast<T*>(b.dx.untyped_data()), partials,
+                        g.rows, row_vectors, num_partials,
+                        CeilDiv(g.rows, num_partials), shape,
+                        static_cast<float>(g.row_length));
+                  });
                 });
         if (!launched || launched->failure()) return launched;
         return SumPartials(stream, partials,

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kSplitThreads)
                     int row_vectors, int chunks) {
   using P = Pack<T>;
   __shared__ TeamSumSlots sums;
-  int parity = 0;
+  unsigned calls = 0;
   const Shape block{1, kSplitThreads, 1, kVectors};
   for (int64_t item = blockIdx.x; item < rows * chunks; item += gridDim.x) {
     const int64_t row = item / chunks;
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kSplitThreads)
         sum += ToAcc<float>(av[k].v[e]) * ToAcc<float>(bv[k].v[e]) * w;
       }
     }
-    const float total = TeamSum(sum, block, sums, parity);
+    const float total = TeamSum<false>(sum, block, at, sums, calls);
     if (threadIdx.x == 0) chunk_sums[item] = total;
   }
 }
