@@ -89,7 +89,11 @@ __device__ void LeaveCluster() {
 // copies (cp.async): rows stream in kStages - 1 rows ahead of the one being
 // worked on, without holding registers while they are in flight. A thread
 // copies its own vectors of a row into its own slots and reads back only
-// those, so it waits for its own copies and never for the block.
+// those, so it waits for its own copies and never for the block. The ring
+// starts on a 128-byte boundary, so a warp's 512 bytes of a slot fill four
+// whole 128-byte lines: left wherever the kernel's other shared memory ended,
+// the backward ran 5 to 24% slower on an H200
+// (benchmarks/kernel_variants/h200_cluster_sums.log).
 template <typename P, int kVectors>
 struct RowRing {
   P* slots;  // [kStages][kVectors][blockDim.x]
@@ -192,7 +196,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                       int64_t rows, int row_vectors, Shape shape,
                       float row_length, float eps) {
   using P = Pack<T>;
-  extern __shared__ float4 ring_memory[];
+  extern __shared__ __align__(128) float4 ring_memory[];  // see RowRing
   __shared__ TeamSumSlots sums;
   StartClusterSums<kClustered>(sums);
   unsigned calls = 0;
@@ -254,7 +258,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                        int64_t rows_per_partial, Shape shape,
                        float row_length) {
   using P = Pack<T>;
-  extern __shared__ float4 ring_memory[];
+  extern __shared__ __align__(128) float4 ring_memory[];  // see RowRing
   __shared__ TeamSumSlots sums;
   StartClusterSums<kClustered>(sums);
   unsigned calls = 0;
