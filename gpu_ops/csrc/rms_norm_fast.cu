@@ -90,10 +90,10 @@ __device__ void LeaveCluster() {
 // worked on, without holding registers while they are in flight. A thread
 // copies its own vectors of a row into its own slots and reads back only
 // those, so it waits for its own copies and never for the block. The ring
-// starts on a 128-byte boundary, so a warp's 512 bytes of a slot fill four
-// whole 128-byte lines: left wherever the kernel's other shared memory ended,
-// the backward ran 5 to 24% slower on an H200
-// (benchmarks/kernel_variants/h200_cluster_sums.log).
+// starts on a 128-byte boundary. Where it started right after the kernel's
+// static shared memory, 8 more bytes of that changed the backward's times by
+// up to 16% on an H200, and the 128-byte boundary was the fastest start
+// tried (benchmarks/kernel_variants/h200_cluster_sums.log).
 template <typename P, int kVectors>
 struct RowRing {
   P* slots;  // [kStages][kVectors][blockDim.x]
