@@ -156,6 +156,15 @@ __device__ float ClusterSum(float block_total, int cluster, int rank,
 #endif
 }
 
+// After the last TeamSum of teams spread over a cluster: blocks of a cluster
+// must not exit while the others may still send to their shared memory.
+template <bool kClustered>
+__device__ void LeaveCluster() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kClustered) cg::this_cluster().sync();
+#endif
+}
+
 // Sum of v over the row team of `at` (every thread of the team gets it).
 // Every thread of the block calls it the same number of times, counting the
 // calls in `calls` (which starts at 0). Each warp adds up its lanes, then

@@ -76,15 +76,6 @@ __device__ Place ThreadPlace(const Shape& s) {
           rank * s.team * s.vectors + lane_in_team, s.team};
 }
 
-// Blocks of a cluster must not exit while the others may still send to
-// their shared memory.
-template <bool kClustered>
-__device__ void LeaveCluster() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (kClustered) cg::this_cluster().sync();
-#endif
-}
-
 // A ring of kStages row slots in shared memory, filled with asynchronous
 // copies (cp.async): rows stream in kStages - 1 rows ahead of the one being
 // worked on, without holding registers while they are in flight. A thread
