@@ -2,7 +2,7 @@
 
     python benchmarks/kernel_timeline.py --dtype bfloat16 --rows 16384 --row-len 4096
 
-Runs the chain that rms_norm_bench.py times (same steps, same CHAIN) under
+Runs the steps that rms_norm_bench.py times, in chains of its CHAIN ops, under
 jax.profiler, reads the trace back with jax.profiler.ProfileData and prints,
 per implementation and op, every kernel name with its count and median
 duration, then the stream's busy time and idle time per op. A difference

@@ -7,14 +7,15 @@ gpu_ops' default (fast) kernels, the seed's apex-derived kernels (on a GPU)
 and XLA's fused jax.numpy version; forward alone ("fwd") and forward +
 backward through jax.vjp with a random cotangent ("fwd_bwd").
 
-Timing is on the device: one jitted call chains CHAIN applications of the op
+Timing is on the device: one jitted call chains applications of the op
 (each one's outputs are the next one's inputs, so none can be skipped or
 overlapped), `calls` such calls run back to back with one synchronisation at
 the end, and the time per op of the median of `repeats` such runs is
-reported, after a warm-up. Host dispatch is amortised over CHAIN * calls ops;
-on a GPU, cases that move less than SMALL_CASE_BYTES run at least SMALL_CASE_CALLS
-calls, because their ops take microseconds and a few calls' dispatch and
-synchronisation would otherwise show in the time per op.
+reported, after a warm-up. On a GPU, the chain and the number of calls grow
+with how fast the op could be at the copy bandwidth (see `plan`): a chain
+keeps the device busy for at least MIN_CALL_SECONDS, so the host's dispatch
+of the next call hides behind it, and a run lasts at least MIN_RUN_SECONDS,
+so its start and its synchronisation add under a few percent to the time.
 Inputs are random; each implementation's results are checked against XLA's
 before it is timed. The device's copy bandwidth (read + write of a 1 GiB
 buffer, by a chained elementwise negation) is measured the same way in the
@@ -27,6 +28,7 @@ show the method, not the kernels' speed.
 import argparse
 import datetime
 import json
+import math
 import os
 import pathlib
 import statistics
@@ -58,9 +60,22 @@ def xla_rms_norm(x, weight, eps=1e-5):
     return (x32 * inv * weight.astype(jnp.float32)).astype(weight.dtype)
 
 
-CHAIN = 20
-SMALL_CASE_BYTES = 64 << 20
-SMALL_CASE_CALLS = 10
+CHAIN = 20  # ops per jitted call, at least
+MAX_CHAIN = 200
+MIN_CALL_SECONDS = 1e-3
+MIN_RUN_SECONDS = 20e-3
+
+
+def plan(nbytes, copy_gbps, calls):
+    """(ops per jitted call, calls per timed run) for an op moving `nbytes`.
+
+    The op cannot take less than nbytes at the copy bandwidth; the chain and
+    the calls are sized on that lower bound, so they are long enough whatever
+    the op's real speed.
+    """
+    fastest = nbytes / (copy_gbps * 1e9)
+    chain = min(MAX_CHAIN, max(CHAIN, math.ceil(MIN_CALL_SECONDS / fastest)))
+    return chain, max(calls, math.ceil(MIN_RUN_SECONDS / (chain * fastest)))
 
 
 def implementations(on_gpu):
@@ -80,21 +95,21 @@ def minimum_bytes(op, dtype, rows, row_len):
     return forward if op == "fwd" else forward + backward
 
 
-def chained(step):
-    """A jitted function applying step CHAIN times, each on the last one's outputs.
+def chained(step, chain=CHAIN):
+    """A jitted function applying step `chain` times, each on the last one's outputs.
 
     The optimisation barrier keeps XLA from fusing one step into the next, so
     every step reads its inputs from and writes its outputs to memory.
     """
     def run(*args):
-        for _ in range(CHAIN):
+        for _ in range(chain):
             args = jax.lax.optimization_barrier(step(*args))
         return args
     return jax.jit(run)
 
 
-def per_op_seconds(step, args, calls, repeats):
-    fn = chained(step)
+def per_op_seconds(step, args, calls, repeats, chain=CHAIN):
+    fn = chained(step, chain)
     jax.block_until_ready(fn(*args))  # compile and warm up
     jax.block_until_ready(fn(*args))
     times = []
@@ -103,7 +118,7 @@ def per_op_seconds(step, args, calls, repeats):
         for _ in range(calls):
             out = fn(*args)
         jax.block_until_ready(out)
-        times.append((time.perf_counter() - start) / (calls * CHAIN))
+        times.append((time.perf_counter() - start) / (calls * chain))
     return statistics.median(times)
 
 
@@ -163,9 +178,9 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out):
                 checked, step = fns[op]
                 _check(checked(x, weight, dy), expected, name, op)
                 nbytes = minimum_bytes(op, dtype, rows, row_len)
-                case_calls = (max(calls, SMALL_CASE_CALLS)
-                              if on_gpu and nbytes < SMALL_CASE_BYTES else calls)
-                seconds = per_op_seconds(step, timed_args, case_calls, repeats)
+                chain, case_calls = (plan(nbytes, bandwidth, calls) if on_gpu
+                                     else (CHAIN, calls))
+                seconds = per_op_seconds(step, timed_args, case_calls, repeats, chain)
                 record = {**common, "op": op, "impl": name, "dtype": dtype, "rows": rows,
                           "row_len": row_len, "median_us": round(seconds * 1e6, 2),
                           "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 1),
