@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "cuda_common.cuh"
+#include "dependent_launch.cuh"
 #include "dtype_dispatch.h"
 #include "rms_norm_checks.h"
 
@@ -296,6 +297,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     SumPartialsKernel(const float4* __restrict__ partials, T* __restrict__ dw,
                       int64_t num_partials, int64_t row_vectors) {
   __shared__ float4 sums[kMaxThreads];  // [blockDim.y][blockDim.x]
+  WaitForPreviousKernel();  // the backward that wrote the partial rows
   const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   float4 sum = make_float4(0, 0, 0, 0);
   if (col < row_vectors) {
@@ -335,11 +337,12 @@ ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
   while (lanes < 128 && lanes * 4 < num_partials) lanes *= 2;
   const dim3 block(kMaxThreads / lanes, lanes);
   const int64_t row_vectors = row_length / 4;
-  SumPartialsKernel<T>
-      <<<GridSize(CeilDiv(row_vectors, block.x), kMaxGrid),
-         block, 0, stream>>>(reinterpret_cast<const float4*>(partials), dw,
-                             num_partials, row_vectors);
-  return CheckLaunch("launching the weight-gradient reduction kernel");
+  return CudaStatus(
+      LaunchDependent(stream, GridSize(CeilDiv(row_vectors, block.x), kMaxGrid),
+                      block, SumPartialsKernel<T>,
+                      reinterpret_cast<const float4*>(partials), dw,
+                      num_partials, row_vectors),
+      "launching the weight-gradient reduction kernel");
 }
 
 bool Aligned16(const void* p) {

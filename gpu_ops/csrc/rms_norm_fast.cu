@@ -34,14 +34,13 @@
 
 #include <cstdint>
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <tuple>
 #include <type_traits>
 
 #include "cuda_common.cuh"
 #include "cuda_scratch.h"
+#include "dependent_launch.cuh"
 #include "dtype_dispatch.h"
 #include "fast_kernels_common.cuh"
 #include "rms_norm_cuda_kernels.h"
@@ -310,6 +309,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                          dxp + row * row_vectors, row_vectors, at);
     }
   }
+  StartNextKernel();  // the weight-gradient sum (SumPartials)
   if (segment < num_partials) {
     StorePartials(dw, partials + segment * row_vectors * P::kSize,
                   row_vectors, at);
@@ -336,43 +336,10 @@ std::optional<Shape> PickShape(int64_t row_vectors, int max_vectors,
   return std::nullopt;
 }
 
-// Looks `compute` up in a cache shared by all threads, computing it on the
-// first call for `key`. The launch queries below do not change while the
-// process runs, and each one costs host time on every call otherwise.
-template <typename Key, typename Compute>
-int64_t Cached(const Key& key, Compute compute) {
-  static std::mutex mutex;
-  static std::map<Key, int64_t> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto found = known.find(key);
-  if (found == known.end()) found = known.emplace(key, compute()).first;
-  return found->second;
-}
-
-int CurrentDevice() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) cudaGetLastError();
-  return device;
-}
-
 // The largest cluster the current GPU can run these kernels in: 8 blocks on
 // Hopper and later (for kernels compiled for sm_90 or later), else 1.
 int MaxCluster() {
-  const int device = CurrentDevice();
-  return static_cast<int>(Cached(std::make_tuple(device), [device] {
-    int major = 0;
-    cudaFuncAttributes attributes{};
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                               device) != cudaSuccess ||
-        cudaFuncGetAttributes(&attributes,
-                              ClusterForwardKernel<float, 1, true>) !=
-            cudaSuccess) {
-      cudaGetLastError();  // a failed query only means: no clusters
-      return int64_t{1};
-    }
-    return int64_t{major >= 9 && attributes.ptxVersion >= 90 ? kMaxCluster
-                                                              : 1};
-  }));
+  return RunsHopperCode(ClusterForwardKernel<float, 1, true>) ? kMaxCluster : 1;
 }
 
 // Shared memory for the rings of `arrays` arrays (x; or dy and x).

@@ -28,6 +28,7 @@
 
 #include "cuda_common.cuh"
 #include "cuda_scratch.h"
+#include "dependent_launch.cuh"
 #include "fast_kernels_common.cuh"
 #include "rms_norm_cuda_kernels.h"
 
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   __shared__ TeamSumSlots sums;
   unsigned calls = 0;
   const Shape block{1, kSplitThreads, 1, kVectors};
+  StartNextKernel();  // pass 2 loads its vectors while this pass finishes
   for (int64_t item = blockIdx.x; item < rows * chunks; item += gridDim.x) {
     const int64_t row = item / chunks;
     const Place at = ChunkPlace(item % chunks, kVectors);
@@ -103,6 +105,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors,
                 row_vectors, at, xv);
     LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+    WaitForPreviousKernel();  // pass 1 has written the chunk sums
     const float inv = rsqrtf(
         RowTotal(chunk_sums + row * chunks, chunks) / row_length + eps);
     StoreNormalised(xv, wv, inv, reinterpret_cast<P*>(y) + row * row_vectors,
@@ -125,6 +128,7 @@ __global__ void __launch_bounds__(kSplitThreads)
                         int64_t num_partials, int64_t rows_per_partial,
                         float row_length) {
   using P = Pack<T>;
+  StartNextKernel();  // the weight-gradient sum (SumPartials)
   for (int64_t item = blockIdx.x; item < num_partials * chunks;
        item += gridDim.x) {
     const int64_t segment = item / chunks;
@@ -139,6 +143,7 @@ __global__ void __launch_bounds__(kSplitThreads)
                   row_vectors, at, dyv);
       LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors,
                   row_vectors, at, xv);
+      WaitForPreviousKernel();  // pass 1 has written the chunk sums
       const float inv = inv_rms[row];
       const float correction =
           inv * inv * RowTotal(chunk_sums + row * chunks, chunks) / row_length;
@@ -223,14 +228,17 @@ std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
             err.failure()) {
           return err;
         }
-        ChunkForwardKernel<T, kVectors>
-            <<<Blocks(g.rows * split.chunks), kSplitThreads, 0, stream>>>(
-            x, static_cast<const T*>(b.w.untyped_data()), split.chunk_sums,
-            static_cast<T*>(b.y.untyped_data()),
-            static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
-            split.row_vectors, split.chunks, static_cast<float>(g.row_length),
-            static_cast<float>(eps));
-        return CheckLaunch("launching the chunk forward kernel");
+        return CudaStatus(
+            LaunchDependent(
+                stream, Blocks(g.rows * split.chunks), kSplitThreads,
+                ChunkForwardKernel<T, kVectors>, x,
+                static_cast<const T*>(b.w.untyped_data()),
+                static_cast<const float*>(split.chunk_sums),
+                static_cast<T*>(b.y.untyped_data()),
+                static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+                split.row_vectors, split.chunks,
+                static_cast<float>(g.row_length), static_cast<float>(eps)),
+            "launching the chunk forward kernel");
       });
 }
 
@@ -256,15 +264,17 @@ std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
         }
         const int64_t num_partials = b.partials.dimensions()[0];
         float* partials = static_cast<float*>(b.partials.untyped_data());
-        ChunkBackwardKernel<T, kVectors>
-            <<<Blocks(num_partials * split.chunks), kSplitThreads, 0,
-               stream>>>(
-                dy, static_cast<const float*>(b.inv_rms.untyped_data()), x, w,
-                split.chunk_sums, static_cast<T*>(b.dx.untyped_data()),
-                partials, g.rows, split.row_vectors, split.chunks, num_partials,
-                CeilDiv(g.rows, num_partials),
-                static_cast<float>(g.row_length));
-        if (auto err = CheckLaunch("launching the chunk backward kernel");
+        if (auto err = CudaStatus(
+                LaunchDependent(
+                    stream, Blocks(num_partials * split.chunks),
+                    kSplitThreads, ChunkBackwardKernel<T, kVectors>, dy,
+                    static_cast<const float*>(b.inv_rms.untyped_data()), x, w,
+                    static_cast<const float*>(split.chunk_sums),
+                    static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
+                    split.row_vectors, split.chunks, num_partials,
+                    CeilDiv(g.rows, num_partials),
+                    static_cast<float>(g.row_length)),
+                "launching the chunk backward kernel");
             err.failure()) {
           return err;
         }
