@@ -12,6 +12,8 @@
 //    the same order, so all blocks of a row get the same total), then
 //    normalises its chunk (ChunkForwardKernel) or computes its chunk of dx
 //    and of the weight gradient's partial sums (ChunkBackwardKernel).
+// Pass 2 starts while pass 1 finishes (dependent_launch.cuh): its blocks
+// load their vectors, then wait for the chunk sums.
 // The scratch matrix is the call's chunk_sums result (cuda_scratch.h), which
 // exists for rows longer than kSplitRowsAbove only.
 // x (and dy) are read twice; when they fit in L2 (50 MB on an H100 or H200,
