@@ -42,6 +42,20 @@ def test_harness_runs_only_the_cases_asked_for(tmp_path):
     assert records and {r["row_len"] for r in records} == {row_len}
 
 
+@pytest.mark.parametrize("nbytes", [8 << 20, 64 << 20, 256 << 20, 4 << 30])
+def test_plan_sizes_chains_and_calls_on_the_fastest_possible_time(nbytes):
+    bench = _load("rms_norm_bench")
+    copy_gbps = 4000.0
+    fastest = nbytes / (copy_gbps * 1e9)
+    chain, calls = bench.plan(nbytes, copy_gbps, calls=2)
+    assert bench.CHAIN <= chain <= bench.MAX_CHAIN and calls >= 2
+    assert chain == bench.MAX_CHAIN or chain * fastest >= bench.MIN_CALL_SECONDS
+    assert calls * chain * fastest >= bench.MIN_RUN_SECONDS
+    # the smallest such counts: one op fewer per chain, or one call fewer, falls short
+    assert chain == bench.CHAIN or (chain - 1) * fastest < bench.MIN_CALL_SECONDS
+    assert calls == 2 or (calls - 1) * chain * fastest < bench.MIN_RUN_SECONDS
+
+
 MULTI_FIELDS = {"device", "jax_version", "commit", "date", "dtype", "rows", "row_len",
                 "num_devices", "variant", "op", "median_us"}
 
