@@ -234,10 +234,47 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   LeaveCluster<kClustered>();
 }
 
+// Where a block holds several teams, they add up their weight-gradient sums
+// in shared memory (the rings' memory, free once the rows are done), and
+// team 0 writes them as one row of partial sums: a block writes one partial
+// row, not one per team (a quarter of them for rows of 1,024 bfloat16
+// values).
+template <typename P, int kVectors>
+__device__ void StoreBlockPartials(float (&dw)[kVectors][P::kSize],
+                                   float* __restrict__ sums, float* partial,
+                                   int row_vectors, const Place& at,
+                                   const Shape& shape) {
+  const int lane = threadIdx.x % shape.team;
+  auto slot = [&](int k, int e, int team) -> float& {
+    return sums[((k * P::kSize + e) * shape.teams + team) * shape.team + lane];
+  };
+  __pipeline_wait_prior(0);
+  __syncthreads();  // every team is done with the rings
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+#pragma unroll
+    for (int e = 0; e < P::kSize; ++e) slot(k, e, at.team) = dw[k][e];
+  }
+  __syncthreads();
+  if (at.team != 0) return;
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+#pragma unroll
+    for (int e = 0; e < P::kSize; ++e) {
+      float sum = 0;
+#pragma unroll 1
+      for (int team = 0; team < shape.teams; ++team) sum += slot(k, e, team);
+      dw[k][e] = sum;
+    }
+  }
+  StorePartials(dw, partial, row_vectors, at);
+}
+
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Team i of the grid takes the rows of segment i (rows_per_partial of them,
-// streaming in through two rings, for dy and x) and writes their weight
-// gradient to row i of `partials`.
+// streaming in through two rings, for dy and x) and adds up their weight
+// gradient; each block (or cluster) writes its teams' sum to row b of
+// `partials`, b the block's (or cluster's) index.
 template <typename T, int kVectors, bool kClustered>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     FastBackwardKernel(const T* __restrict__ dy,
@@ -310,10 +347,18 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
   }
   StartNextKernel();  // the weight-gradient sum (SumPartials)
-  if (segment < num_partials) {
-    StorePartials(dw, partials + segment * row_vectors * P::kSize,
-                  row_vectors, at);
+  float* partial =
+      partials + int64_t{blockIdx.x / shape.cluster} * row_vectors * P::kSize;
+  if constexpr (!kClustered) {  // (a cluster's blocks hold one team each)
+    if (shape.teams > 1) {
+      static_assert(P::kSize * sizeof(float) <= 2 * kStages * sizeof(P),
+                    "the teams' sums fit in the rings' memory");
+      StoreBlockPartials<P>(dw, reinterpret_cast<float*>(ring_memory),
+                            partial, row_vectors, at, shape);
+      return;
+    }
   }
+  if (segment < num_partials) StorePartials(dw, partial, row_vectors, at);
   LeaveCluster<kClustered>();
 }
 
@@ -518,6 +563,7 @@ std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
   }
   const int64_t num_partials = b.partials.dimensions()[0];
   float* partials = static_cast<float*>(b.partials.untyped_data());
+  int64_t groups = 0;  // blocks or clusters, each writing one partial row
   return DispatchFastType(
       b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
         using T = typename decltype(tag)::type;
@@ -528,12 +574,13 @@ std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
                 row_vectors,
                 [&](const Shape& shape,
                     auto vectors) -> std::optional<ffi::Error> {
+                  groups = CeilDiv(num_partials, shape.teams);
                   return DispatchClustered(shape, [&](auto clustered) {
                     return Launch(
                         stream,
                         FastBackwardKernel<T, decltype(vectors)::value,
                                            decltype(clustered)::value>,
-                        shape, CeilDiv(num_partials, shape.teams),
+                        shape, groups,
                         RingBytes(shape, 2), "launching the backward kernel",
                         static_cast<const T*>(b.dy.untyped_data()),
                         static_cast<const float*>(b.inv_rms.untyped_data()),
@@ -547,7 +594,7 @@ std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
                 });
         if (!launched || launched->failure()) return launched;
         return SumPartials(stream, partials,
-                           static_cast<T*>(b.dw.untyped_data()), num_partials,
+                           static_cast<T*>(b.dw.untyped_data()), groups,
                            g.row_length);
       });
 }
