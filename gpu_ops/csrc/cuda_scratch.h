@@ -27,7 +27,7 @@ namespace gpu_ops {
 // one per two rows. (A segment of one row writes a float32 partial row as
 // large as its row or larger; on an H200, two rows per segment took the
 // backward of 512 bfloat16 rows of 4,096 from 12.4 to 10.4 µs,
-// benchmarks/kernel_variants/h200_dependent_launch.log.)
+// benchmarks/kernel_variants/h200_fixed_costs.log.)
 inline int64_t DweightPartialRows(int64_t rows, int64_t row_length) {
   constexpr int64_t kScratchElements = int64_t{1} << 21;
   constexpr int64_t kMaxSegments = 1024;

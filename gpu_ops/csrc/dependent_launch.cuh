@@ -10,7 +10,7 @@
 // On an H200 this took 1 to 2.5 µs off each backward whose weight-gradient
 // sum follows it, and 3 µs off the seed shape's split-row backward, whose
 // second pass loads its vectors before it waits
-// (benchmarks/kernel_variants/h200_dependent_launch.log). The GPU tests
+// (benchmarks/kernel_variants/h200_fixed_costs.log). The GPU tests
 // check the results of these launches inside XLA's command buffers (CUDA
 // graphs) too.
 #ifndef GPU_OPS_DEPENDENT_LAUNCH_CUH_

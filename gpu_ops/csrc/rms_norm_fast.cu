@@ -9,8 +9,8 @@
 //   thread keeps its part of the row on chip, so x is read from memory once
 //   (rows too long for that: rms_norm_split_rows.cu);
 // - the backward is one pass: a team computes dx for its rows and adds up
-//   their weight gradient in registers, then writes it as one row of partial
-//   sums; a small kernel adds the partial rows;
+//   their weight gradient in registers; a block's teams then write it as
+//   one row of partial sums, and a small kernel adds the partial rows;
 // - loads stay in flight: in the forward of rows a block holds, each
 //   thread loads its vectors of several rows into registers at once
 //   (FastForwardKernel); where a row takes a cluster, and in the backward,

@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kSplitThreads)
 // The backward's segments (rows whose weight gradient a block adds up) hold
 // at least this many rows: on an H200, 8 rows per segment instead of 4 took
 // the seed shape's bfloat16 backward from 33.5 to 30.8 µs
-// (benchmarks/kernel_variants/h200_dependent_launch.log).
+// (benchmarks/kernel_variants/h200_fixed_costs.log).
 constexpr int64_t kRowsPerSegment = 8;
 
 // Blocks for `items` chunks: one each, up to the grid's limit.
