@@ -23,6 +23,8 @@
 #include <mutex>
 #include <tuple>
 
+#include "cuda_common.cuh"
+
 namespace gpu_ops {
 namespace {  // each file that includes this compiles its own copy
 
@@ -84,10 +86,12 @@ __device__ __forceinline__ void StartNextKernel() {
 
 // kernel<<<grid, block, 0, stream>>>(args...), allowed to start early (see
 // the top of this file) where the kernel runs as Hopper code; elsewhere an
-// ordinary launch, after the kernel before has finished.
+// ordinary launch, after the kernel before has finished. A failed launch is
+// reported as an error naming `what`.
 template <typename... Params, typename... Args>
-cudaError_t LaunchDependent(cudaStream_t stream, unsigned grid, dim3 block,
-                            void (*kernel)(Params...), Args... args) {
+ffi::Error LaunchDependent(cudaStream_t stream, unsigned grid, dim3 block,
+                           const char* what, void (*kernel)(Params...),
+                           Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = block;
@@ -99,7 +103,7 @@ cudaError_t LaunchDependent(cudaStream_t stream, unsigned grid, dim3 block,
     config.attrs = early;
     config.numAttrs = 1;
   }
-  return cudaLaunchKernelEx(&config, kernel, args...);
+  return CudaStatus(cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 
 }  // namespace

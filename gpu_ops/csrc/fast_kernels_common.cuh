@@ -337,12 +337,12 @@ ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
   while (lanes < 128 && lanes * 4 < num_partials) lanes *= 2;
   const dim3 block(kMaxThreads / lanes, lanes);
   const int64_t row_vectors = row_length / 4;
-  return CudaStatus(
-      LaunchDependent(stream, GridSize(CeilDiv(row_vectors, block.x), kMaxGrid),
-                      block, SumPartialsKernel<T>,
-                      reinterpret_cast<const float4*>(partials), dw,
-                      num_partials, row_vectors),
-      "launching the weight-gradient reduction kernel");
+  return LaunchDependent(stream,
+                         GridSize(CeilDiv(row_vectors, block.x), kMaxGrid),
+                         block, "launching the weight-gradient reduction kernel",
+                         SumPartialsKernel<T>,
+                         reinterpret_cast<const float4*>(partials), dw,
+                         num_partials, row_vectors);
 }
 
 bool Aligned16(const void* p) {

@@ -358,7 +358,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       return;
     }
   }
-  if (segment < num_partials) StorePartials(dw, partial, row_vectors, at);
+  // One team per block (or cluster): the grid has one per segment.
+  StorePartials(dw, partial, row_vectors, at);
   LeaveCluster<kClustered>();
 }
 

@@ -236,17 +236,16 @@ std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
             err.failure()) {
           return err;
         }
-        return CudaStatus(
-            LaunchDependent(
-                stream, Blocks(g.rows * split.chunks), kSplitThreads,
-                ChunkForwardKernel<T, kVectors>, x,
-                static_cast<const T*>(b.w.untyped_data()),
-                static_cast<const float*>(split.chunk_sums),
-                static_cast<T*>(b.y.untyped_data()),
-                static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
-                split.row_vectors, split.chunks,
-                static_cast<float>(g.row_length), static_cast<float>(eps)),
-            "launching the chunk forward kernel");
+        return LaunchDependent(
+            stream, Blocks(g.rows * split.chunks), kSplitThreads,
+            "launching the chunk forward kernel",
+            ChunkForwardKernel<T, kVectors>, x,
+            static_cast<const T*>(b.w.untyped_data()),
+            static_cast<const float*>(split.chunk_sums),
+            static_cast<T*>(b.y.untyped_data()),
+            static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+            split.row_vectors, split.chunks, static_cast<float>(g.row_length),
+            static_cast<float>(eps));
       });
 }
 
@@ -277,17 +276,15 @@ std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
             std::min(b.partials.dimensions()[0],
                      std::max<int64_t>(1, g.rows / kRowsPerSegment));
         float* partials = static_cast<float*>(b.partials.untyped_data());
-        if (auto err = CudaStatus(
-                LaunchDependent(
-                    stream, Blocks(segments * split.chunks),
-                    kSplitThreads, ChunkBackwardKernel<T, kVectors>, dy,
-                    static_cast<const float*>(b.inv_rms.untyped_data()), x, w,
-                    static_cast<const float*>(split.chunk_sums),
-                    static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
-                    split.row_vectors, split.chunks, segments,
-                    CeilDiv(g.rows, segments),
-                    static_cast<float>(g.row_length)),
-                "launching the chunk backward kernel");
+        if (auto err = LaunchDependent(
+                stream, Blocks(segments * split.chunks), kSplitThreads,
+                "launching the chunk backward kernel",
+                ChunkBackwardKernel<T, kVectors>, dy,
+                static_cast<const float*>(b.inv_rms.untyped_data()), x, w,
+                static_cast<const float*>(split.chunk_sums),
+                static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
+                split.row_vectors, split.chunks, segments,
+                CeilDiv(g.rows, segments), static_cast<float>(g.row_length));
             err.failure()) {
           return err;
         }
