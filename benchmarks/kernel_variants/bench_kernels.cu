@@ -1,6 +1,7 @@
 // Scratch microbenchmark: times the fast kernels of one variant of
 // rms_norm_fast.cu (TryFast*, else rms_norm_split_rows.cu's TrySplitRows*)
-// with CUDA events.
+// with CUDA events. BENCH_CHECK=1: first compares y, dx and dw of cases of
+// at most 2^24 values with a float64 reference computed on the host.
 #include "rms_norm_fast.cu"
 #include "rms_norm_split_rows.cu"
 #include "cuda_scratch.h"
@@ -11,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <chrono>
+#include <cmath>
 using namespace gpu_ops;
 
 struct Buf {
@@ -108,6 +110,25 @@ int main(int argc, char** argv) {
     const double fhost = do_f ? HostUs(fwd) : 0, bhost = do_b ? HostUs(bwd) : 0;
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) { printf("CUDA error %s\n", cudaGetErrorString(e)); exit(1); }
+    if (n <= (int64_t{1} << 24) && getenv("BENCH_CHECK")) {  // host reference check
+      auto get = [&](void* p, int64_t count) { std::vector<float> out(count); if (c.bf16) { std::vector<uint16_t> h(count); cudaMemcpy(h.data(), p, count * 2, cudaMemcpyDeviceToHost); for (int64_t i = 0; i < count; ++i) { uint32_t u = uint32_t{h[i]} << 16; memcpy(&out[i], &u, 4); } } else cudaMemcpy(out.data(), p, count * 4, cudaMemcpyDeviceToHost); return out; };
+      fwd(); bwd(); cudaDeviceSynchronize();
+      auto hx = get(x, n), hw = get(w, c.len), hy = get(y, n), hdy = get(dy, n), hdx = get(dx, n), hdw = get(dw, c.len);
+      std::vector<double> dwr(c.len, 0.0); double ey = 0, edx = 0, edw = 0, sy = 0, sdx = 0, sdw = 0;
+      for (int64_t r = 0; r < c.rows; ++r) {
+        double ss = 0, dot = 0; const float* xr = &hx[r * c.len]; const float* dyr = &hdy[r * c.len];
+        for (int64_t i = 0; i < c.len; ++i) { ss += double(xr[i]) * xr[i]; dot += double(dyr[i]) * hw[i] * xr[i]; }
+        const double inv = 1.0 / sqrt(ss / c.len + 1e-5), corr = inv * inv * dot / c.len;
+        for (int64_t i = 0; i < c.len; ++i) {
+          const double yr = hw[i] * inv * xr[i], dxr = inv * (dyr[i] * hw[i] - xr[i] * corr);
+          ey = std::max(ey, fabs(yr - hy[r * c.len + i])); sy = std::max(sy, fabs(yr));
+          edx = std::max(edx, fabs(dxr - hdx[r * c.len + i])); sdx = std::max(sdx, fabs(dxr));
+          dwr[i] += dyr[i] * xr[i] * inv;
+        }
+      }
+      for (int64_t i = 0; i < c.len; ++i) { edw = std::max(edw, fabs(dwr[i] - hdw[i])); sdw = std::max(sdw, fabs(dwr[i])); }
+      printf("    check: max error / max value: y %.2e dx %.2e dw %.2e\n", ey / sy, edx / sdx, edw / sdw);
+    }
     double fbytes = 2.0 * n * item, bbytes = 3.0 * n * item;
     printf("%s %s %6ld x %-7ld fwd %8.1f us %6.0f GB/s %3.0f%%%s | bwd %8.1f us %6.0f GB/s %3.0f%%%s\n", label, c.bf16 ? "bf16" : "f32 ",
            (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? (split_f ? " (split)" : "") : " (fallback)",

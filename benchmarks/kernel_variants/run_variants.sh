@@ -1,4 +1,4 @@
-# Builds and runs each variant of rms_norm_fast.cu found in scratch/mb/variants/*.
+# Builds and runs each variant of rms_norm_fast.cu found in variants/*/ (folders not kept in git).
 set -u
 INC=$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())')
 cd "$(dirname "$0")"
