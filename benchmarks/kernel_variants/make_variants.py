@@ -10,9 +10,11 @@ import shutil
 
 HERE = pathlib.Path(__file__).resolve().parent
 CSRC = HERE.parents[1] / "gpu_ops" / "csrc"
-SOURCES = ("rms_norm_fast.cu", "rms_norm_split_rows.cu", "fast_kernels_common.cuh",
-           "dependent_launch.cuh", "cuda_scratch.h")
-FAST, COMMON, SPLIT, SCRATCH = SOURCES[0], SOURCES[2], SOURCES[1], SOURCES[4]
+FAST = "rms_norm_fast.cu"
+SPLIT = "rms_norm_split_rows.cu"
+COMMON = "fast_kernels_common.cuh"
+SCRATCH = "cuda_scratch.h"
+SOURCES = (FAST, SPLIT, COMMON, "dependent_launch.cuh", SCRATCH)
 
 FORWARD_CALL = """FastForwardKernel<T, kVectors, {rows}{min_blocks}>
                       <<<static_cast<unsigned>({grid}), shape.team, 0, stream>>>(
