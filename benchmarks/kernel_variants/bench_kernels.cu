@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
   for (bool bf : {true, false}) for (int64_t r : {16384, 32768}) for (int64_t l : {1024, 4096, 8192, 16384}) cases.push_back({bf, r, l});
   cases.push_back({true, 32, 262144}); cases.push_back({false, 32, 262144});
   cases.push_back({true, 512, 4096}); cases.push_back({false, 512, 4096});
+  if (argc > 4) cases = {{std::string(argv[2]) == "bf16", atol(argv[3]), atol(argv[4])}};  // one case: bf16|f32 ROWS LEN
   for (auto c : cases) {
-    if (argc > 4 && (std::string(argv[2]) != (c.bf16 ? "bf16" : "f32") || atol(argv[3]) != c.rows || atol(argv[4]) != c.len)) continue;
     const int item = c.bf16 ? 2 : 4;
     const XLA_FFI_DataType t = c.bf16 ? XLA_FFI_DataType_BF16 : XLA_FFI_DataType_F32;
     const int64_t n = c.rows * c.len;

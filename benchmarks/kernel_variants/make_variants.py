@@ -7,6 +7,7 @@ kernels as committed). None was adopted; the README says why.
 """
 import pathlib
 import shutil
+import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 CSRC = HERE.parents[1] / "gpu_ops" / "csrc"
@@ -266,9 +267,14 @@ VARIANTS = {
 
 
 def main():
+    variants = VARIANTS
+    if sys.argv[1:] == ["overlap"]:
+        from overlap_variants import VARIANTS as variants
+    elif sys.argv[1:] not in ([], ["shapes_and_registers"]):
+        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap]")
     out = HERE / "variants"
     shutil.rmtree(out, ignore_errors=True)
-    for name, (_, edits) in VARIANTS.items():
+    for name, (_, edits) in variants.items():
         folder = out / name
         folder.mkdir(parents=True)
         for source in SOURCES:
@@ -278,7 +284,7 @@ def main():
                     raise SystemExit(f"{name}: {source} holds {text.count(old)} copies of {old[:60]!r}")
                 text = text.replace(old, new)
             (folder / source).write_text(text)
-        print(f"{name:6} {VARIANTS[name][0]}")
+        print(f"{name:6} {variants[name][0]}")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,8 @@ namespace gpu_ops {
 namespace {
 
 constexpr int kTeamBlockThreads = 512;  // block size when teams share a block
+// TeamSum gives each team of 64 or more threads named barrier 1 + team.
+static_assert(kTeamBlockThreads / (2 * kWarpSize) < 16);
 // Registers per thread are capped at 64 by __launch_bounds__(1024). A thread
 // holds its values of the weight and of the row it works on (in the
 // backward, of dy as well, plus weight-gradient sums): up to this many
@@ -118,10 +120,70 @@ struct RowRing {
 
 
 // [forward-kernel]
+// The sum of the squares of a thread's values of one row.
+template <typename P, int kVectors>
+__device__ __forceinline__ float SumSquares(const P (&v)[kVectors]) {
+  float sum = 0;
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+#pragma unroll
+    for (int e = 0; e < P::kSize; ++e) {
+      const float value = ToAcc<float>(v[k].v[e]);
+      sum += value * value;
+    }
+  }
+  return sum;
+}
+
+// This thread's vectors of rows first .. first + kRows - 1 of x, all loads
+// in flight at once. Rows past the end load the last row again (and store
+// nothing).
+template <int kRows, int kVectors, typename P>
+__device__ void LoadRows(const P* __restrict__ x, int64_t first, int64_t rows,
+                         int row_vectors, const Place& at,
+                         P (&xv)[kRows][kVectors]) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = std::min(first + r, rows - 1);
+    LoadVectors(x + row * row_vectors, row_vectors, at, xv[r]);
+  }
+}
+
+// The block adds up the squares of each of its rows (one barrier for all of
+// them, through warp_sums), then writes y = w * (x * inv) and inv_rms for
+// the rows that exist.
+template <int kRows, int kVectors, typename P>
+__device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
+                              const P (&wv)[kVectors],
+                              float (&warp_sums)[kRows][kMaxThreads / kWarpSize],
+                              int64_t first, int64_t rows, int row_vectors,
+                              float row_length, float eps, P* __restrict__ y,
+                              float* __restrict__ inv_rms, const Place& at) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float sum_squares = WarpSum(SumSquares(xv[r]));
+    if (lane == 0) warp_sums[r][warp] = sum_squares;
+  }
+  __syncthreads();
+  const int warps = blockDim.x / kWarpSize;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float total = WarpSum(lane < warps ? warp_sums[r][lane] : 0.0f);
+    const float inv = rsqrtf(total / row_length + eps);
+    if (first + r < rows) {
+      StoreNormalised(xv[r], wv, inv, y + (first + r) * row_vectors,
+                      row_vectors, at);
+      if (threadIdx.x == 0) inv_rms[first + r] = inv;
+    }
+  }
+}
+
 // Block b normalises kRows rows, b * kRows to b * kRows + kRows - 1. Each
 // thread loads its vectors of all of them into registers at once, so
 // kRows * kVectors loads are in flight; then the block adds up each row's
-// squares (one barrier for all its rows) and writes y.
+// squares and writes y.
 template <typename T, int kVectors, int kRows>
 __global__ void __launch_bounds__(kMaxThreads)
     FastForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
@@ -134,46 +196,58 @@ __global__ void __launch_bounds__(kMaxThreads)
                  static_cast<int>(blockDim.x)};
   const int64_t first = int64_t{blockIdx.x} * kRows;
   P xv[kRows][kVectors];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    // A block's rows past the end load the last row again (and store nothing).
-    const int64_t row = std::min(first + r, rows - 1);
-    LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors, row_vectors,
-                at, xv[r]);
-  }
+  LoadRows(reinterpret_cast<const P*>(x), first, rows, row_vectors, at, xv);
   P wv[kVectors];
   LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    float sum_squares = 0;
-#pragma unroll
-    for (int k = 0; k < kVectors; ++k) {
-#pragma unroll
-      for (int e = 0; e < P::kSize; ++e) {
-        const float v = ToAcc<float>(xv[r][k].v[e]);
-        sum_squares += v * v;
-      }
+  NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, row_length, eps,
+                reinterpret_cast<P*>(y), inv_rms, at);
+}
+// [forward-kernel-end]
+
+// FastForwardKernel for blocks of more than 512 threads. At the registers
+// these kernels use (40 to 64 per thread), an SM holds one such block, so
+// while it adds up and writes its rows no loads are in flight. Here a grid
+// of as many blocks as run at once works through groups of kRows rows
+// (group b, b + gridDim.x, ...), and each thread loads its vectors of the
+// next group before it adds up and writes the current one. The weight is
+// loaded again for each group (from L1 or L2), which leaves the registers to
+// the two groups. On an H200 this took the bfloat16 forward of 16384 x 16384
+// from 287 to 271 µs, with one row per group in place of FastForwardKernel's
+// two; for blocks of at most 512 threads, and for float32 rows of 16,384
+// (one row per block already), it was slower
+// (benchmarks/kernel_variants/h200_overlap.log, pfw1).
+template <typename T, int kVectors, int kRows>
+__global__ void __launch_bounds__(kMaxThreads)
+    PrefetchForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+                          T* __restrict__ y, float* __restrict__ inv_rms,
+                          int64_t rows, int row_vectors, float row_length,
+                          float eps) {
+  using P = Pack<T>;
+  // Alternate groups use alternate halves: one barrier per group.
+  __shared__ float warp_sums[2][kRows][kMaxThreads / kWarpSize];
+  const Place at{0, 0, static_cast<int>(threadIdx.x),
+                 static_cast<int>(blockDim.x)};
+  const P* xp = reinterpret_cast<const P*>(x);
+  const int64_t groups = (rows + kRows - 1) / kRows;
+  int64_t group = blockIdx.x;
+  P xv[kRows][kVectors];
+  LoadRows(xp, group * kRows, rows, row_vectors, at, xv);
+  for (int half = 0; group < groups; group += gridDim.x, half ^= 1) {
+    P next[kRows][kVectors];
+    if (group + gridDim.x < groups) {
+      LoadRows(xp, (group + gridDim.x) * kRows, rows, row_vectors, at, next);
     }
-    sum_squares = WarpSum(sum_squares);
-    if (lane == 0) warp_sums[r][warp] = sum_squares;
-  }
-  __syncthreads();
-  const int warps = blockDim.x / kWarpSize;
+    P wv[kVectors];
+    LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+    NormaliseRows(xv, wv, warp_sums[half], group * kRows, rows, row_vectors,
+                  row_length, eps, reinterpret_cast<P*>(y), inv_rms, at);
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float total = WarpSum(lane < warps ? warp_sums[r][lane] : 0.0f);
-    const float inv = rsqrtf(total / row_length + eps);
-    if (first + r < rows) {
-      StoreNormalised(xv[r], wv, inv,
-                      reinterpret_cast<P*>(y) + (first + r) * row_vectors,
-                      row_vectors, at);
-      if (threadIdx.x == 0) inv_rms[first + r] = inv;
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int k = 0; k < kVectors; ++k) xv[r][k] = next[r][k];
     }
   }
 }
-// [forward-kernel-end]
 
 // The forward for rows spread over a cluster of blocks (rows too long for
 // one block): cluster c normalises row c, then `step` rows further, and so
@@ -214,17 +288,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     __pipeline_wait_prior(kStages - 1);  // this row's copies have landed
     P xv[kVectors];
     ring.Read(stage, row < rows, row_vectors, at, xv);
-    float sum_squares = 0;
-#pragma unroll
-    for (int k = 0; k < kVectors; ++k) {
-#pragma unroll
-      for (int e = 0; e < P::kSize; ++e) {
-        const float v = ToAcc<float>(xv[k].v[e]);
-        sum_squares += v * v;
-      }
-    }
     const float total =
-        TeamSum<kClustered>(sum_squares, shape, at, sums, calls);
+        TeamSum<kClustered>(SumSquares(xv), shape, at, sums, calls);
     const float inv = rsqrtf(total / row_length + eps);
     if (row < rows) {
       StoreNormalised(xv, wv, inv, yp + row * row_vectors, row_vectors, at);
@@ -518,18 +583,37 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
                 auto vectors) -> std::optional<ffi::Error> {
               constexpr int kVectors = decltype(vectors)::value;
               constexpr int kRows = std::max(1, kForwardLoads / kVectors);
+              const T* x = static_cast<const T*>(b.x.untyped_data());
+              const T* w = static_cast<const T*>(b.w.untyped_data());
+              T* y = static_cast<T*>(b.y.untyped_data());
+              float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
+              const float row_length = static_cast<float>(g.row_length);
+              const float epsilon = static_cast<float>(eps);
+              if constexpr (kRows > 1) {
+                // Blocks of more than 512 threads, one per SM: half the rows
+                // per group, and the next group on its way.
+                if (shape.cluster == 1 && shape.team > kMaxThreads / 2) {
+                  constexpr int kGroupRows = kRows / 2;
+                  const auto kernel =
+                      PrefetchForwardKernel<T, kVectors, kGroupRows>;
+                  const Shape block{1, shape.team, 1, kVectors};
+                  const int64_t blocks =
+                      std::min(CeilDiv(g.rows, kGroupRows),
+                               ResidentGroups(kernel, block, 0));
+                  return Launch(stream, kernel, block, blocks, 0,
+                                "launching the forward kernel", x, w, y,
+                                inv_rms, g.rows, row_vectors, row_length,
+                                epsilon);
+                }
+              }
               // A block holds a row, and a grid covers all rows (it holds
               // 2^31 - 1 blocks): one block per kRows rows.
               if (shape.cluster == 1 && CeilDiv(g.rows, kRows) <= kMaxGrid) {
                 FastForwardKernel<T, kVectors, kRows>
                     <<<static_cast<unsigned>(CeilDiv(g.rows, kRows)),
-                       shape.team, 0, stream>>>(
-                        static_cast<const T*>(b.x.untyped_data()),
-                        static_cast<const T*>(b.w.untyped_data()),
-                        static_cast<T*>(b.y.untyped_data()),
-                        static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
-                        row_vectors, static_cast<float>(g.row_length),
-                        static_cast<float>(eps));
+                       shape.team, 0, stream>>>(x, w, y, inv_rms, g.rows,
+                                                row_vectors, row_length,
+                                                epsilon);
                 return CheckLaunch("launching the forward kernel");
               }
               // Rows over a cluster (or more rows than a grid's blocks).
@@ -543,14 +627,9 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
                     std::min(CeilDiv(g.rows, shape.teams),
                              ResidentGroups(kernel, shape, ring_bytes));
                 return Launch(stream, kernel, shape, groups, ring_bytes,
-                              "launching the forward kernel",
-                              static_cast<const T*>(b.x.untyped_data()),
-                              static_cast<const T*>(b.w.untyped_data()),
-                              static_cast<T*>(b.y.untyped_data()),
-                              static_cast<float*>(b.inv_rms.untyped_data()),
-                              g.rows, row_vectors, shape,
-                              static_cast<float>(g.row_length),
-                              static_cast<float>(eps));
+                              "launching the forward kernel", x, w, y,
+                              inv_rms, g.rows, row_vectors, shape, row_length,
+                              epsilon);
               });
             });
       });

@@ -1,0 +1,45 @@
+# Writes one set of variants (make_variants.py SET), builds each with
+# bench_kernels.cu, checks their results against a float64 host reference
+# (BENCH_CHECK) and times them with CUDA events in two rounds.
+#   run_set.sh shapes_and_registers   the run in h200_shapes_and_registers.log
+#   run_set.sh overlap                the run in h200_overlap.log
+set -u
+cd "$(dirname "$0")"
+SET=${1:-shapes_and_registers}
+VARIANTS=$(python3 make_variants.py "$SET" | tee /dev/stderr | awk '{print $1}') || exit 1
+if [ "$SET" = overlap ]; then
+  # Odd row counts and rows of 16,384 in the checks: the prefetching forward's
+  # last groups, and its 1024-thread blocks.
+  CHECKS=("bf16 16384 1024" "bf16 1001 1024" "bf16 999 16384" "f32 1001 4096" "f32 16384 1024" "bf16 512 4096")
+  TIMED=("bf16 16384 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384" "bf16 32768 16384"
+         "bf16 512 4096" "f32 16384 1024" "f32 16384 4096" "f32 16384 16384" "f32 512 4096")
+else
+  CHECKS=("bf16 16384 1024" "bf16 32 262144" "f32 16384 1024" "bf16 512 4096")
+  TIMED=("bf16 16384 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 32 262144" "bf16 512 4096"
+         "f32 16384 1024" "f32 16384 16384" "f32 32 262144")
+fi
+INC=$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())')
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+for name in $VARIANTS; do
+  ( nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -Xptxas=--warn-on-spills \
+      -Ivariants/$name -I../../gpu_ops/csrc -I"$INC" bench_kernels.cu -o /tmp/bench_$name > /tmp/build_$name.txt 2>&1
+    echo "built $name rc=$?"
+    grep -o "spilled to local memory in function '[^']*', [0-9]* bytes spill stores" /tmp/build_$name.txt |
+      grep -v "slowpath" | sed "s/^/  $name: /" ) &
+done
+wait
+echo "== results against a float64 host reference (max error / max value)"
+for v in $VARIANTS; do
+  for c in "${CHECKS[@]}"; do
+    BENCH_CHECK=1 /tmp/bench_$v $v $c | grep -A1 "check:" | paste - - | awk '{$1=$1; print}'
+  done
+done
+echo "== CUDA events, median of 21 runs of 20 launches; two rounds"
+/tmp/bench_base base bf16 512 4096 | head -1
+for round in 1 2; do
+  for v in $VARIANTS; do
+    for c in "${TIMED[@]}"; do
+      /tmp/bench_$v $v $c | grep -v "host us\|copy"
+    done
+  done
+done
