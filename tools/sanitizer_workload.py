@@ -24,6 +24,9 @@ CASES = [
     # more rows than the GPU holds backward teams for: each loops through its ring
     ((40_009, 1024), jnp.bfloat16, jnp.bfloat16),
     ((3001, 4096), jnp.float32, jnp.float32),
+    # more rows than the GPU holds forward blocks of 1024 threads for: each
+    # works through several rows, loading the next before it writes one
+    ((301, 16384), jnp.bfloat16, jnp.bfloat16),
 ]
 
 for shape, x_dtype, w_dtype in CASES:

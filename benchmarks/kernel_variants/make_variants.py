@@ -1,21 +1,37 @@
-"""Writes the kernel variants of the H200 run in h200_shapes_and_registers.log.
+"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap].
 
-Each variant is a copy of gpu_ops/csrc's fast-kernel sources with one change,
-in variants/NAME/ (ignored by git); run_shapes_and_registers.sh builds each
-with bench_kernels.cu, checks its results and times it against `base` (the
-kernels as committed). None was adopted; the README says why.
+Each variant is a copy of gpu_ops/csrc, as it was at the commit the set was
+run on, with one change, in variants/NAME/ (ignored by git); run_set.sh
+builds each with bench_kernels.cu, checks its results and times it against
+`base` (that commit's kernels). The sources come from git history, so a set
+still writes what was timed after the kernels have moved on; on a machine
+without the history, write the variants where it is and carry variants/.
+- shapes_and_registers (below; commit bae9fe9): the run in
+  h200_shapes_and_registers.log. None was adopted; the README says why.
+- overlap (overlap_variants.py; commit 822504d): the run in h200_overlap.log.
 """
 import pathlib
 import shutil
+import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-CSRC = HERE.parents[1] / "gpu_ops" / "csrc"
 FAST = "rms_norm_fast.cu"
 SPLIT = "rms_norm_split_rows.cu"
 COMMON = "fast_kernels_common.cuh"
 SCRATCH = "cuda_scratch.h"
-SOURCES = (FAST, SPLIT, COMMON, "dependent_launch.cuh", SCRATCH)
+SHAPES_AND_REGISTERS_COMMIT = "bae9fe9"
+
+
+def git(*args):
+    return subprocess.run(["git", "-C", str(HERE), *args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def source(commit, name):
+    """The text of gpu_ops/csrc/NAME at `commit`."""
+    return git("show", f"{commit}:gpu_ops/csrc/{name}")
+
 
 FORWARD_CALL = """FastForwardKernel<T, kVectors, {rows}{min_blocks}>
                       <<<static_cast<unsigned>({grid}), shape.team, 0, stream>>>(
@@ -267,24 +283,29 @@ VARIANTS = {
 
 
 def main():
-    variants = VARIANTS
-    if sys.argv[1:] == ["overlap"]:
-        from overlap_variants import VARIANTS as variants
-    elif sys.argv[1:] not in ([], ["shapes_and_registers"]):
+    chosen = sys.argv[1] if len(sys.argv) > 1 else "shapes_and_registers"
+    if chosen == "shapes_and_registers":
+        commit, variants = SHAPES_AND_REGISTERS_COMMIT, VARIANTS
+    elif chosen == "overlap":
+        import overlap_variants
+        commit, variants = overlap_variants.COMMIT, overlap_variants.VARIANTS
+    else:
         raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap]")
+    names = [pathlib.PurePath(path).name
+             for path in git("ls-tree", "--name-only", "--full-tree", commit, "gpu_ops/csrc/").split()]
     out = HERE / "variants"
     shutil.rmtree(out, ignore_errors=True)
-    for name, (_, edits) in variants.items():
+    for name, (what, edits) in variants.items():
         folder = out / name
         folder.mkdir(parents=True)
-        for source in SOURCES:
-            text = (CSRC / source).read_text()
-            for old, new in edits.get(source, []):
+        for file_name in names:
+            text = source(commit, file_name)
+            for old, new in edits.get(file_name, []):
                 if text.count(old) != 1:
-                    raise SystemExit(f"{name}: {source} holds {text.count(old)} copies of {old[:60]!r}")
+                    raise SystemExit(f"{name}: {file_name} holds {text.count(old)} copies of {old[:60]!r}")
                 text = text.replace(old, new)
-            (folder / source).write_text(text)
-        print(f"{name:6} {variants[name][0]}")
+            (folder / file_name).write_text(text)
+        print(f"{name:6} {what}")
 
 
 if __name__ == "__main__":

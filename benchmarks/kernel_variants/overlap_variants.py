@@ -12,11 +12,9 @@ the same with the weight reloaded per group (80 bytes), or with bfloat16
 values widened at each use by an opaque shift (104 bytes), and a backward of
 up to 2 vectors per thread for 16-bit dtypes (104 bytes).
 """
-import pathlib
+from make_variants import COMMON, FAST, source
 
-from make_variants import COMMON, FAST
-
-CSRC = pathlib.Path(__file__).resolve().parents[2] / "gpu_ops" / "csrc"
+COMMIT = "822504d"  # its kernels are those of bae9fe9
 
 
 def _between(text, start, end):
@@ -25,7 +23,7 @@ def _between(text, start, end):
     return text[i:text.index(end, i)]
 
 
-OLD_FORWARD = _between((CSRC / FAST).read_text(), "// Block b normalises kRows rows", "// [forward-kernel-end]")
+OLD_FORWARD = _between(source(COMMIT, FAST), "// Block b normalises kRows rows", "// [forward-kernel-end]")
 
 PREFETCH_FORWARD = r"""// Block b normalises groups of kRows rows: group b, b + gridDim.x, ... (a
 // grid of as many blocks as run at once). Each thread loads its vectors of a

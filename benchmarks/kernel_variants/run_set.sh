@@ -1,4 +1,4 @@
-# Writes one set of variants (make_variants.py SET), builds each with
+# Writes one set of variants (make_variants.py SET, from git history), builds each with
 # bench_kernels.cu, checks their results against a float64 host reference
 # (BENCH_CHECK) and times them with CUDA events in two rounds.
 #   run_set.sh shapes_and_registers   the run in h200_shapes_and_registers.log
