@@ -1,9 +1,11 @@
 // Scratch microbenchmark: times the fast kernels of one variant of
-// rms_norm_fast.cu (TryFast*, else rms_norm_split_rows.cu's TrySplitRows*)
+// rms_norm_fast.cu (TryFast*, else rms_norm_shared_rows.cu's forward unless
+// BENCH_NO_SHARED is set, else rms_norm_split_rows.cu's TrySplitRows*)
 // with CUDA events. BENCH_CHECK=1: first compares y, dx and dw of cases of
 // at most 2^24 values with a float64 reference computed on the host.
 #include "rms_norm_fast.cu"
 #include "rms_norm_split_rows.cu"
+#include "rms_norm_shared_rows.cu"
 #include "cuda_scratch.h"
 #include <cstdio>
 #include <vector>
@@ -98,12 +100,12 @@ int main(int argc, char** argv) {
     ForwardBuffers fb{bx.any(), bw.any(), by.any(), binv.any(), bchunks.any()};
     BackwardBuffers bb{bdy.any(), binv.any(), bx.any(), bw.any(), bdx.any(), bdw.any(), bpart.any(), bchunks.any()};
     RowGeometry g{c.rows, c.len};
-    bool fast_f = true, fast_b = true, split_f = false, split_b = false;
+    bool fast_f = true, fast_b = true, split_f = false, split_b = false, shared_f = false;
     // BENCH_ONLY=fwd or bwd times one direction only (for profiling).
     const char* only = getenv("BENCH_ONLY");
     const bool do_f = !only || std::string(only) == "fwd", do_b = !only || std::string(only) == "bwd";
     // One call of each direction: the fast kernels, else the split-row ones.
-    auto fwd = [&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r) { r = TrySplitRowsForward(0, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } };
+    auto fwd = [&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r && !getenv("BENCH_NO_SHARED")) { r = TrySharedRowForward(0, fb, g, 1e-5); shared_f = r.has_value(); } if (!r) { r = TrySplitRowsForward(0, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } };
     auto bwd = [&] { auto r = TryFastBackward(0, bb, g); if (!r) { r = TrySplitRowsBackward(0, bb, g); split_b = r.has_value(); } if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } };
     double fus = do_f ? TimeUs(fwd) : 0;
     double bus = do_b ? TimeUs(bwd) : 0;
@@ -131,7 +133,7 @@ int main(int argc, char** argv) {
     }
     double fbytes = 2.0 * n * item, bbytes = 3.0 * n * item;
     printf("%s %s %6ld x %-7ld fwd %8.1f us %6.0f GB/s %3.0f%%%s | bwd %8.1f us %6.0f GB/s %3.0f%%%s\n", label, c.bf16 ? "bf16" : "f32 ",
-           (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? (split_f ? " (split)" : "") : " (fallback)",
+           (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? (split_f ? " (split)" : shared_f ? " (shared)" : "") : " (fallback)",
            bus, bbytes / bus / 1e3, 100 * bbytes / bus / 1e3 / copy_gbps, fast_b ? (split_b ? " (split)" : "") : " (fallback)");
     printf("    host us per call: fwd %.2f bwd %.2f\n", fhost, bhost);
     fflush(stdout);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "cuda_common.cuh"
 #include "dependent_launch.cuh"
@@ -52,6 +53,16 @@ struct Place {
   int first;   // first vector index in the row
   int stride;  // distance between this thread's vectors
 };
+
+// Where this thread's vectors lie: a block of shape.teams teams of
+// shape.team threads, each team spread over the shape.cluster blocks of a
+// cluster.
+__device__ Place ThreadPlace(const Shape& s) {
+  const int lane_in_team = threadIdx.x % s.team;
+  const int rank = blockIdx.x % s.cluster;
+  return {static_cast<int>(threadIdx.x / s.team), rank,
+          rank * s.team * s.vectors + lane_in_team, s.team};
+}
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
@@ -355,6 +366,83 @@ ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
                          SumPartialsKernel<T>,
                          reinterpret_cast<const float4*>(partials), dw,
                          num_partials, row_vectors);
+}
+
+// Launch settings for `blocks` blocks (or clusters of blocks) of `shape`
+// with `shared_bytes` of dynamic shared memory.
+cudaLaunchConfig_t LaunchConfig(const Shape& shape, int64_t blocks,
+                                int shared_bytes, cudaStream_t stream,
+                                cudaLaunchAttribute* cluster_dims) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks * shape.cluster));
+  config.blockDim = dim3(static_cast<unsigned>(shape.teams * shape.team));
+  config.dynamicSmemBytes = static_cast<size_t>(shared_bytes);
+  config.stream = stream;
+  if (shape.cluster > 1) {
+    cluster_dims->id = cudaLaunchAttributeClusterDimension;
+    cluster_dims->val.clusterDim.x = static_cast<unsigned>(shape.cluster);
+    cluster_dims->val.clusterDim.y = 1;
+    cluster_dims->val.clusterDim.z = 1;
+    config.attrs = cluster_dims;
+    config.numAttrs = 1;
+  }
+  return config;
+}
+
+// How many blocks (or clusters of blocks) of `shape`, with `shared_bytes` of
+// shared memory each, the GPU runs at once; 0 if it cannot run even one.
+template <typename Kernel>
+int64_t ResidentGroups(Kernel kernel, const Shape& shape, int shared_bytes) {
+  const int device = CurrentDevice();
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel),
+                                   device, shape.team * shape.teams,
+                                   shape.cluster, shared_bytes);
+  return Cached(key, [&]() -> int64_t {
+    int groups = 0;
+    if (cudaFuncSetAttribute(kernel,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             shared_bytes) != cudaSuccess) {
+      cudaGetLastError();  // more shared memory than this GPU has
+      return 0;
+    }
+    if (shape.cluster == 1) {
+      int sms = 0;
+      if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                 device) != cudaSuccess ||
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+              &groups, kernel, shape.team * shape.teams, shared_bytes) !=
+              cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+      }
+      return int64_t{groups} * sms;
+    }
+    cudaLaunchAttribute cluster_dims[1];
+    const cudaLaunchConfig_t config =
+        LaunchConfig(shape, 1, shared_bytes, nullptr, cluster_dims);
+    if (cudaOccupancyMaxActiveClusters(&groups, kernel, &config) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return groups;
+  });
+}
+
+// Launches kernel<<<groups * shape.cluster, shape.teams * shape.team,
+// shared_bytes>>> in clusters of shape.cluster blocks. Returns nullopt if the
+// GPU cannot run such a block or cluster (the caller falls back to the
+// seed's kernels).
+template <typename Kernel, typename... Args>
+std::optional<ffi::Error> Launch(cudaStream_t stream, Kernel kernel,
+                                 const Shape& shape, int64_t groups,
+                                 int shared_bytes, const char* what,
+                                 Args... args) {
+  if (ResidentGroups(kernel, shape, shared_bytes) < 1) return std::nullopt;
+  cudaLaunchAttribute cluster_dims[1];
+  const cudaLaunchConfig_t config =
+      LaunchConfig(shape, groups, shared_bytes, stream, cluster_dims);
+  return CudaStatus(cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 
 bool Aligned16(const void* p) {

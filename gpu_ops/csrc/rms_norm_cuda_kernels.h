@@ -7,8 +7,11 @@
 //     on chip so x is read once, a team of threads (or a cluster of blocks,
 //     for long rows) per row, and a one-pass backward; nullopt for rows too
 //     long for a team;
-//   - rms_norm_split_rows.cu (TrySplitRows*): those longer rows, each split
-//     over many blocks, in two passes.
+//   - rms_norm_shared_rows.cu (TrySharedRowForward): in the forward, those
+//     longer rows that a cluster of blocks holds in shared memory, in one
+//     pass; nullopt for longer rows, and on GPUs without clusters;
+//   - rms_norm_split_rows.cu (TrySplitRows*): the rest, each row split over
+//     many blocks, in two passes.
 // - The seed tutorial's kernels (rms_norm_apex_seed.cu), derived from NVIDIA
 //   apex: every dtype pair and row length. They run what the fast kernels do
 //   not cover, and stay selectable on their own as the comparison baseline.
@@ -50,6 +53,10 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
 std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
                                           const BackwardBuffers& b,
                                           RowGeometry g);
+
+std::optional<ffi::Error> TrySharedRowForward(cudaStream_t stream,
+                                              const ForwardBuffers& b,
+                                              RowGeometry g, double eps);
 
 std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
                                               const ForwardBuffers& b,

@@ -70,13 +70,6 @@ constexpr int kStages = 3;
 // benchmarks/kernel_variants/h200_forward_rows.log).
 constexpr int kForwardLoads = 4;
 
-__device__ Place ThreadPlace(const Shape& s) {
-  const int lane_in_team = threadIdx.x % s.team;
-  const int rank = blockIdx.x % s.cluster;
-  return {static_cast<int>(threadIdx.x / s.team), rank,
-          rank * s.team * s.vectors + lane_in_team, s.team};
-}
-
 // A ring of kStages row slots in shared memory, filled with asynchronous
 // copies (cp.async): rows stream in kStages - 1 rows ahead of the one being
 // worked on, without holding registers while they are in flight. A thread
@@ -456,81 +449,6 @@ int MaxCluster() {
 // Shared memory for the rings of `arrays` arrays (x; or dy and x).
 int RingBytes(const Shape& shape, int arrays) {
   return arrays * kStages * shape.vectors * shape.teams * shape.team * 16;
-}
-
-cudaLaunchConfig_t LaunchConfig(const Shape& shape, int64_t blocks,
-                                int ring_bytes, cudaStream_t stream,
-                                cudaLaunchAttribute* cluster_dims) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks * shape.cluster));
-  config.blockDim = dim3(static_cast<unsigned>(shape.teams * shape.team));
-  config.dynamicSmemBytes = static_cast<size_t>(ring_bytes);
-  config.stream = stream;
-  if (shape.cluster > 1) {
-    cluster_dims->id = cudaLaunchAttributeClusterDimension;
-    cluster_dims->val.clusterDim.x = static_cast<unsigned>(shape.cluster);
-    cluster_dims->val.clusterDim.y = 1;
-    cluster_dims->val.clusterDim.z = 1;
-    config.attrs = cluster_dims;
-    config.numAttrs = 1;
-  }
-  return config;
-}
-
-// How many blocks (or clusters of blocks) of `shape`, with `ring_bytes` of
-// shared memory each, the GPU runs at once; 0 if it cannot run even one.
-template <typename Kernel>
-int64_t ResidentGroups(Kernel kernel, const Shape& shape, int ring_bytes) {
-  const int device = CurrentDevice();
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel),
-                                   device, shape.team * shape.teams,
-                                   shape.cluster, ring_bytes);
-  return Cached(key, [&]() -> int64_t {
-    int groups = 0;
-    if (cudaFuncSetAttribute(kernel,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             ring_bytes) != cudaSuccess) {
-      cudaGetLastError();  // more shared memory than this GPU has
-      return 0;
-    }
-    if (shape.cluster == 1) {
-      int sms = 0;
-      if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                 device) != cudaSuccess ||
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-              &groups, kernel, shape.team * shape.teams, ring_bytes) !=
-              cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-      }
-      return int64_t{groups} * sms;
-    }
-    cudaLaunchAttribute cluster_dims[1];
-    const cudaLaunchConfig_t config =
-        LaunchConfig(shape, 1, ring_bytes, nullptr, cluster_dims);
-    if (cudaOccupancyMaxActiveClusters(&groups, kernel, &config) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return groups;
-  });
-}
-
-// Launches kernel<<<groups * shape.cluster, shape.teams * shape.team,
-// ring_bytes>>> in clusters of shape.cluster blocks. Returns nullopt if the
-// GPU cannot run such a block or cluster (the caller falls back to the
-// seed's kernels).
-template <typename Kernel, typename... Args>
-std::optional<ffi::Error> Launch(cudaStream_t stream, Kernel kernel,
-                                 const Shape& shape, int64_t groups,
-                                 int ring_bytes, const char* what,
-                                 Args... args) {
-  if (ResidentGroups(kernel, shape, ring_bytes) < 1) return std::nullopt;
-  cudaLaunchAttribute cluster_dims[1];
-  const cudaLaunchConfig_t config =
-      LaunchConfig(shape, groups, ring_bytes, stream, cluster_dims);
-  return CudaStatus(cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 
 // Calls fn(std::integral_constant<int, vectors>{}) for vectors a power of two

@@ -1,0 +1,142 @@
+// The RMS norm forward for rows too long for a cluster's registers that fit
+// in its shared memory: the seed tutorial's 32 rows of 512 x 512 bfloat16
+// values (512 KiB a row: 64 KiB in each block of a cluster of 8).
+//
+// The split-row forward (rms_norm_split_rows.cu) reads such rows twice, in
+// two kernels. Here a cluster of blocks takes a row at a time: each thread
+// copies its vectors of the row into its own slots of shared memory
+// (cp.async, all in flight at once), adds up their squares, and the
+// cluster's blocks add up their sums through each other's shared memory
+// (TeamSum); then each thread normalises its slots and writes y. x is read
+// once, in one kernel.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+#include "cuda_common.cuh"
+#include "dependent_launch.cuh"
+#include "fast_kernels_common.cuh"
+#include "rms_norm_cuda_kernels.h"
+
+namespace gpu_ops {
+namespace {
+
+constexpr int kSharedRowThreads = 512;
+// 16-byte vectors a thread holds in shared memory: up to 64 KiB a block, so
+// that an SM holds two blocks and one block's loads overlap the other's sums
+// and stores. On an H200 (CUDA events), the forward of 32 rows of 262,144
+// bfloat16 values (64 KiB a block) went from 15.1 µs split to 13.2 µs here,
+// and of 1,024 such rows from 423 to 290 µs; with float32 rows (128 KiB a
+// block, one block per SM) it was slower than the split-row kernels: 34.6
+// against 29.3 µs for 32 rows (benchmarks/kernel_variants/h200_shared_rows.log).
+constexpr int kMaxSharedRowVectors = 8;
+
+// Cluster c normalises row c, then row c + clusters, and so on. Thread t's
+// vector k of the row sits in slot k * blockDim.x + t; a thread reads back
+// only its own slots, so it waits for its own copies and never for the
+// block.
+template <typename T>
+__global__ void __launch_bounds__(kSharedRowThreads)
+    SharedRowForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+                           T* __restrict__ y, float* __restrict__ inv_rms,
+                           int64_t rows, int row_vectors, Shape shape,
+                           float row_length, float eps) {
+  using P = Pack<T>;
+  extern __shared__ __align__(128) float4 row_memory[];
+  __shared__ TeamSumSlots sums;
+  StartClusterSums<true>(sums);
+  unsigned calls = 0;
+  const Place at = ThreadPlace(shape);
+  P* slots = reinterpret_cast<P*>(row_memory);
+  auto slot = [&](int k) { return slots + k * blockDim.x + threadIdx.x; };
+  const P* xp = reinterpret_cast<const P*>(x);
+  const P* wp = reinterpret_cast<const P*>(w);
+  P* yp = reinterpret_cast<P*>(y);
+  const int64_t clusters = gridDim.x / shape.cluster;
+  // The loop runs the same number of times in every block of a cluster.
+  for (int64_t row = blockIdx.x / shape.cluster; row < rows; row += clusters) {
+    for (int k = 0; k < shape.vectors; ++k) {
+      const int c = at.first + k * at.stride;
+      if (c < row_vectors) {
+        __pipeline_memcpy_async(slot(k), xp + row * row_vectors + c,
+                                sizeof(P));
+      }
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    float sum_squares = 0;
+    for (int k = 0; k < shape.vectors; ++k) {
+      const int c = at.first + k * at.stride;
+      const P v = VectorOrZeros(c < row_vectors, slot(k));
+#pragma unroll
+      for (int e = 0; e < P::kSize; ++e) {
+        const float value = ToAcc<float>(v.v[e]);
+        sum_squares += value * value;
+      }
+    }
+    const float total = TeamSum<true>(sum_squares, shape, at, sums, calls);
+    const float inv = rsqrtf(total / row_length + eps);
+    P* out = yp + row * row_vectors;
+    for (int k = 0; k < shape.vectors; ++k) {
+      const int c = at.first + k * at.stride;
+      if (c < row_vectors) {
+        const P v = *slot(k);
+        const P weight = wp[c];
+        P result;
+#pragma unroll
+        for (int e = 0; e < P::kSize; ++e) {
+          result.v[e] = Storage<T>::From(ToAcc<float>(weight.v[e]) *
+                                         (inv * ToAcc<float>(v.v[e])));
+        }
+        out[c] = result;
+      }
+    }
+    if (at.rank == 0 && threadIdx.x == 0) inv_rms[row] = inv;
+  }
+  LeaveCluster<true>();
+}
+
+}  // namespace
+
+std::optional<ffi::Error> TrySharedRowForward(cudaStream_t stream,
+                                              const ForwardBuffers& b,
+                                              RowGeometry g, double eps) {
+  if (!Covered(b.x, b.w, g, b.y, b.inv_rms)) return std::nullopt;
+  return DispatchFastType(
+      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
+        using T = typename decltype(tag)::type;
+        const auto kernel = SharedRowForwardKernel<T>;
+        if (!RunsHopperCode(kernel)) return std::nullopt;  // no clusters
+        const int row_vectors =
+            static_cast<int>(g.row_length / Pack<T>::kSize);
+        // The largest cluster, so that the row's parts are small and an SM
+        // holds several.
+        for (int cluster = kMaxCluster; cluster >= 2; cluster /= 2) {
+          const int64_t vectors = CeilDiv(
+              row_vectors, int64_t{cluster} * kSharedRowThreads);
+          if (vectors > kMaxSharedRowVectors) break;
+          const Shape shape{cluster, kSharedRowThreads, 1,
+                            static_cast<int>(vectors)};
+          const int shared_bytes =
+              static_cast<int>(vectors * kSharedRowThreads * 16);
+          const int64_t resident = ResidentGroups(kernel, shape, shared_bytes);
+          if (resident < 1) continue;
+          return Launch(stream, kernel, shape, std::min(g.rows, resident),
+                        shared_bytes, "launching the shared-row forward kernel",
+                        static_cast<const T*>(b.x.untyped_data()),
+                        static_cast<const T*>(b.w.untyped_data()),
+                        static_cast<T*>(b.y.untyped_data()),
+                        static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+                        row_vectors, shape, static_cast<float>(g.row_length),
+                        static_cast<float>(eps));
+        }
+        return std::nullopt;
+      });
+}
+
+}  // namespace gpu_ops
