@@ -7,17 +7,16 @@
 //   rows, a whole block, or a cluster of up to 8 blocks sharing their sums
 //   through distributed shared memory on Hopper for long rows), and each
 //   thread keeps its part of the row on chip, so x is read from memory once
-//   (rows too long for that: rms_norm_shared_rows.cu, rms_norm_split_rows.cu);
+//   (rows too long for that: rms_norm_split_rows.cu);
 // - the backward is one pass: a team computes dx for its rows and adds up
 //   their weight gradient in registers; a block's teams then write it as
 //   one row of partial sums, and a small kernel adds the partial rows;
 // - loads stay in flight: in the forward of rows a block holds, each
 //   thread loads its vectors of several rows into registers at once
-//   (FastForwardKernel; blocks that fill an SM load their next rows while
-//   they write the current ones, PrefetchForwardKernel); where a row takes
-//   a cluster, and in the backward, rows stream into a ring of shared-memory
-//   slots by asynchronous copies (cp.async), two rows ahead of the one a
-//   team works on, and each team works through many rows;
+//   (FastForwardKernel); where a row takes a cluster, and in the backward,
+//   rows stream into a ring of shared-memory slots by asynchronous copies
+//   (cp.async), two rows ahead of the one a team works on, and each team
+//   works through many rows;
 // - a team's sum costs one barrier: each warp adds up the team's warp sums
 //   itself, from alternate halves of a small shared array.
 // On an H200 (ncu), the ring and the one-barrier sum raised DRAM throughput
@@ -189,12 +188,10 @@ __global__ void __launch_bounds__(kMaxThreads)
   const Place at{0, 0, static_cast<int>(threadIdx.x),
                  static_cast<int>(blockDim.x)};
   const int64_t first = int64_t{blockIdx.x} * kRows;
-  WaitForPreviousKernel();  // it may have written x or w
   P xv[kRows][kVectors];
   LoadRows(reinterpret_cast<const P*>(x), first, rows, row_vectors, at, xv);
   P wv[kVectors];
   LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
-  StartNextKernel();
   NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, row_length, eps,
                 reinterpret_cast<P*>(y), inv_rms, at);
 }
@@ -530,11 +527,12 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
               // A block holds a row, and a grid covers all rows (it holds
               // 2^31 - 1 blocks): one block per kRows rows.
               if (shape.cluster == 1 && CeilDiv(g.rows, kRows) <= kMaxGrid) {
-                return LaunchDependent(
-                    stream, static_cast<unsigned>(CeilDiv(g.rows, kRows)),
-                    shape.team, "launching the forward kernel",
-                    FastForwardKernel<T, kVectors, kRows>, x, w, y, inv_rms,
-                    g.rows, row_vectors, row_length, epsilon);
+                FastForwardKernel<T, kVectors, kRows>
+                    <<<static_cast<unsigned>(CeilDiv(g.rows, kRows)),
+                       shape.team, 0, stream>>>(x, w, y, inv_rms, g.rows,
+                                                row_vectors, row_length,
+                                                epsilon);
+                return CheckLaunch("launching the forward kernel");
               }
               // Rows over a cluster (or more rows than a grid's blocks).
               return DispatchClustered(shape, [&](auto clustered) {
