@@ -76,9 +76,10 @@ constexpr int kMaxCluster = 8;  // Hopper's portable cluster limit
 // Shared memory for TeamSum. Alternate calls use alternate halves, so one
 // barrier per call suffices: a slot is rewritten two calls later, after
 // every thread of the team has passed the barrier of the call in between,
-// so after all reads of it (a team reads only its own warps' slots). (In a cluster, a block sends its sum for call
-// c + 2 only once the sums of call c + 1 from every block have landed, and
-// each block sends those after its own barrier of that call.)
+// so after all reads of it (a team reads only its own warps' slots). (In a
+// cluster, a block sends its sum for call c + 2 only once the sums of call
+// c + 1 from every block have landed, and each block sends those after its
+// own barrier of that call.)
 struct TeamSumSlots {
   float warps[2][kMaxThreads / kWarpSize];  // each warp's sum
   // Cluster teams: every block's sum, sent by each block to every block of

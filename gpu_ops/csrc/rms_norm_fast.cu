@@ -7,16 +7,17 @@
 //   rows, a whole block, or a cluster of up to 8 blocks sharing their sums
 //   through distributed shared memory on Hopper for long rows), and each
 //   thread keeps its part of the row on chip, so x is read from memory once
-//   (rows too long for that: rms_norm_split_rows.cu);
+//   (rows too long for that: rms_norm_shared_rows.cu, rms_norm_split_rows.cu);
 // - the backward is one pass: a team computes dx for its rows and adds up
 //   their weight gradient in registers; a block's teams then write it as
 //   one row of partial sums, and a small kernel adds the partial rows;
 // - loads stay in flight: in the forward of rows a block holds, each
 //   thread loads its vectors of several rows into registers at once
-//   (FastForwardKernel); where a row takes a cluster, and in the backward,
-//   rows stream into a ring of shared-memory slots by asynchronous copies
-//   (cp.async), two rows ahead of the one a team works on, and each team
-//   works through many rows;
+//   (FastForwardKernel; blocks that fill an SM load their next rows while
+//   they write the current ones, PrefetchForwardKernel); where a row takes
+//   a cluster, and in the backward, rows stream into a ring of shared-memory
+//   slots by asynchronous copies (cp.async), two rows ahead of the one a
+//   team works on, and each team works through many rows;
 // - a team's sum costs one barrier: each warp adds up the team's warp sums
 //   itself, from alternate halves of a small shared array.
 // On an H200 (ncu), the ring and the one-barrier sum raised DRAM throughput
