@@ -262,6 +262,21 @@ __device__ __forceinline__ void StoreVectors(Pack<T>* __restrict__ row,
   }
 }
 
+// The sum of the squares of a thread's values of one row.
+template <typename P, int kVectors>
+__device__ __forceinline__ float SumSquares(const P (&v)[kVectors]) {
+  float sum = 0;
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+#pragma unroll
+    for (int e = 0; e < P::kSize; ++e) {
+      const float value = ToAcc<float>(v[k].v[e]);
+      sum += value * value;
+    }
+  }
+  return sum;
+}
+
 // Writes this thread's vectors of y = w * (inv * x) into the row at `y`.
 template <int kVectors, typename T>
 __device__ void StoreNormalised(const Pack<T> (&xv)[kVectors],

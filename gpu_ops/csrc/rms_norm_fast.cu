@@ -114,21 +114,6 @@ struct RowRing {
 
 
 // [forward-kernel]
-// The sum of the squares of a thread's values of one row.
-template <typename P, int kVectors>
-__device__ __forceinline__ float SumSquares(const P (&v)[kVectors]) {
-  float sum = 0;
-#pragma unroll
-  for (int k = 0; k < kVectors; ++k) {
-#pragma unroll
-    for (int e = 0; e < P::kSize; ++e) {
-      const float value = ToAcc<float>(v[k].v[e]);
-      sum += value * value;
-    }
-  }
-  return sum;
-}
-
 // This thread's vectors of rows first .. first + kRows - 1 of x, all loads
 // in flight at once. Rows past the end load the last row again (and store
 // nothing).

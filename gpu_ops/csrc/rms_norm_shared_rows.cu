@@ -1,6 +1,7 @@
 // The RMS norm forward for rows too long for a cluster's registers that fit
-// in its shared memory: the seed tutorial's 32 rows of 512 x 512 bfloat16
-// values (512 KiB a row: 64 KiB in each block of a cluster of 8).
+// in its shared memory at 64 KiB a block: 16-bit rows of 131,073 to 262,144
+// values, such as the seed tutorial's 32 rows of 512 x 512 bfloat16 values
+// (512 KiB a row: 64 KiB in each block of a cluster of 8).
 //
 // The split-row forward (rms_norm_split_rows.cu) reads such rows twice, in
 // two kernels. Here a cluster of blocks takes a row at a time: each thread
@@ -54,6 +55,15 @@ __global__ void __launch_bounds__(kSharedRowThreads)
   const Place at = ThreadPlace(shape);
   P* slots = reinterpret_cast<P*>(row_memory);
   auto slot = [&](int k) { return slots + k * blockDim.x + threadIdx.x; };
+  // The thread's vectors go one by one (shape.vectors is known only at run
+  // time), each as an array of one at its own place in the row.
+  auto vector_at = [&](int k) {
+    return Place{0, 0, at.first + k * at.stride, 0};
+  };
+  // Slot k, or zeros past the row's end.
+  auto slot_vector = [&](int k) {
+    return VectorOrZeros(vector_at(k).first < row_vectors, slot(k));
+  };
   const P* xp = reinterpret_cast<const P*>(x);
   const P* wp = reinterpret_cast<const P*>(w);
   P* yp = reinterpret_cast<P*>(y);
@@ -61,7 +71,7 @@ __global__ void __launch_bounds__(kSharedRowThreads)
   // The loop runs the same number of times in every block of a cluster.
   for (int64_t row = blockIdx.x / shape.cluster; row < rows; row += clusters) {
     for (int k = 0; k < shape.vectors; ++k) {
-      const int c = at.first + k * at.stride;
+      const int c = vector_at(k).first;
       if (c < row_vectors) {
         __pipeline_memcpy_async(slot(k), xp + row * row_vectors + c,
                                 sizeof(P));
@@ -71,30 +81,17 @@ __global__ void __launch_bounds__(kSharedRowThreads)
     __pipeline_wait_prior(0);
     float sum_squares = 0;
     for (int k = 0; k < shape.vectors; ++k) {
-      const int c = at.first + k * at.stride;
-      const P v = VectorOrZeros(c < row_vectors, slot(k));
-#pragma unroll
-      for (int e = 0; e < P::kSize; ++e) {
-        const float value = ToAcc<float>(v.v[e]);
-        sum_squares += value * value;
-      }
+      const P v[1] = {slot_vector(k)};
+      sum_squares += SumSquares(v);
     }
     const float total = TeamSum<true>(sum_squares, shape, at, sums, calls);
     const float inv = rsqrtf(total / row_length + eps);
-    P* out = yp + row * row_vectors;
     for (int k = 0; k < shape.vectors; ++k) {
-      const int c = at.first + k * at.stride;
-      if (c < row_vectors) {
-        const P v = *slot(k);
-        const P weight = wp[c];
-        P result;
-#pragma unroll
-        for (int e = 0; e < P::kSize; ++e) {
-          result.v[e] = Storage<T>::From(ToAcc<float>(weight.v[e]) *
-                                         (inv * ToAcc<float>(v.v[e])));
-        }
-        out[c] = result;
-      }
+      const P v[1] = {slot_vector(k)};
+      P weight[1];
+      LoadVectors(wp, row_vectors, vector_at(k), weight);
+      StoreNormalised(v, weight, inv, yp + row * row_vectors, row_vectors,
+                      vector_at(k));
     }
     if (at.rank == 0 && threadIdx.x == 0) inv_rms[row] = inv;
   }
