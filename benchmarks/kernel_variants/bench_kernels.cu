@@ -5,7 +5,12 @@
 // at most 2^24 values with a float64 reference computed on the host.
 #include "rms_norm_fast.cu"
 #include "rms_norm_split_rows.cu"
+#if __has_include("rms_norm_shared_rows.cu")  // sources of commit d2b6047 on
 #include "rms_norm_shared_rows.cu"
+#define BENCH_SHARED_ROWS 1
+#else
+#define BENCH_SHARED_ROWS 0
+#endif
 #include "cuda_scratch.h"
 #include <cstdio>
 #include <vector>
@@ -105,7 +110,11 @@ int main(int argc, char** argv) {
     const char* only = getenv("BENCH_ONLY");
     const bool do_f = !only || std::string(only) == "fwd", do_b = !only || std::string(only) == "bwd";
     // One call of each direction: the fast kernels, else the split-row ones.
-    auto fwd = [&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r && !getenv("BENCH_NO_SHARED")) { r = TrySharedRowForward(0, fb, g, 1e-5); shared_f = r.has_value(); } if (!r) { r = TrySplitRowsForward(0, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } };
+    auto fwd = [&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r && !getenv("BENCH_NO_SHARED")) {
+#if BENCH_SHARED_ROWS
+      r = TrySharedRowForward(0, fb, g, 1e-5); shared_f = r.has_value();
+#endif
+    } if (!r) { r = TrySplitRowsForward(0, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } };
     auto bwd = [&] { auto r = TryFastBackward(0, bb, g); if (!r) { r = TrySplitRowsBackward(0, bb, g); split_b = r.has_value(); } if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } };
     double fus = do_f ? TimeUs(fwd) : 0;
     double bus = do_b ? TimeUs(bwd) : 0;

@@ -22,7 +22,7 @@ INC=$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())')
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for name in $VARIANTS; do
   ( nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -Xptxas=--warn-on-spills \
-      -Ivariants/$name -I../../gpu_ops/csrc -I"$INC" bench_kernels.cu -o /tmp/bench_$name > /tmp/build_$name.txt 2>&1
+      -Ivariants/$name -I"$INC" bench_kernels.cu -o /tmp/bench_$name > /tmp/build_$name.txt 2>&1
     echo "built $name rc=$?"
     grep -o "spilled to local memory in function '[^']*', [0-9]* bytes spill stores" /tmp/build_$name.txt |
       grep -v "slowpath" | sed "s/^/  $name: /" ) &
