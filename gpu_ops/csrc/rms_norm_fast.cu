@@ -27,7 +27,6 @@
 // (bfloat16 32768 x 8192 forward: 86% to 98% of the copy bandwidth, CUDA
 // events; benchmarks/kernel_variants/h200_forward_rows.log).
 // The launch shape comes from the row length (PickShape).
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -36,7 +35,6 @@
 #include <cstdint>
 #include <algorithm>
 #include <optional>
-#include <tuple>
 #include <type_traits>
 
 #include "cuda_common.cuh"

@@ -3,6 +3,9 @@
 // the backward on Hopper (a cluster of 8 blocks of 1024 threads), more than
 // 16,384 / 8,192 on GPUs without clusters. The seed tutorial's shape, 32 rows
 // of 512 x 512, is one: a row per cluster would leave most of the GPU idle.
+// (In the forward on Hopper, 16-bit rows of up to 262,144 values go to
+// rms_norm_shared_rows.cu instead, which reads them once; these kernels take
+// the rest, float32 rows of that length among them.)
 //
 // Each row is cut into chunks of kSplitThreads x kVectors 16-byte vectors,
 // one block per chunk, and the work takes two passes:
@@ -17,8 +20,8 @@
 // The scratch matrix is the call's chunk_sums result (cuda_scratch.h), which
 // exists for rows longer than kSplitRowsAbove only.
 // x (and dy) are read twice; when they fit in L2 (50 MB on an H100 or H200,
-// 16 MB of x for the seed's shape in bfloat16) the second read mostly hits
-// it.
+// 16 MB of x for the seed's shape in bfloat16, 32 MB of x and dy in its
+// backward) the second read mostly hits it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
