@@ -1,4 +1,4 @@
-"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap].
+"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap | split_order].
 
 Each variant is a copy of gpu_ops/csrc, as it was at the commit the set was
 run on, with one change, in variants/NAME/ (ignored by git); run_set.sh
@@ -9,7 +9,10 @@ without the history, write the variants where it is and carry variants/.
 - shapes_and_registers (below; commit bae9fe9): the run in
   h200_shapes_and_registers.log. None was adopted; the README says why.
 - overlap (overlap_variants.py; commit 822504d): the run in h200_overlap.log.
+- split_order (split_order_variants.py; commit 3d1f1b3): the run in
+  h200_split_order.log.
 """
+import importlib
 import pathlib
 import shutil
 import subprocess
@@ -286,11 +289,11 @@ def main():
     chosen = sys.argv[1] if len(sys.argv) > 1 else "shapes_and_registers"
     if chosen == "shapes_and_registers":
         commit, variants = SHAPES_AND_REGISTERS_COMMIT, VARIANTS
-    elif chosen == "overlap":
-        import overlap_variants
-        commit, variants = overlap_variants.COMMIT, overlap_variants.VARIANTS
+    elif chosen in ("overlap", "split_order"):
+        module = importlib.import_module(f"{chosen}_variants")
+        commit, variants = module.COMMIT, module.VARIANTS
     else:
-        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap]")
+        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap | split_order]")
     names = [pathlib.PurePath(path).name
              for path in git("ls-tree", "--name-only", "--full-tree", commit, "gpu_ops/csrc/").split()]
     out = HERE / "variants"

@@ -3,7 +3,9 @@
 # (BENCH_CHECK) and times them with CUDA events in two rounds.
 #   run_set.sh shapes_and_registers   the run in h200_shapes_and_registers.log
 #   run_set.sh overlap                the run in h200_overlap.log
+#   run_set.sh split_order            the run in h200_split_order.log
 set -u
+NCU=()
 cd "$(dirname "$0")"
 SET=${1:-shapes_and_registers}
 VARIANTS=$(python3 make_variants.py "$SET" | tee /dev/stderr | awk '{print $1}') || exit 1
@@ -13,6 +15,14 @@ if [ "$SET" = overlap ]; then
   CHECKS=("bf16 16384 1024" "bf16 1001 1024" "bf16 999 16384" "f32 1001 4096" "f32 16384 1024" "bf16 512 4096")
   TIMED=("bf16 16384 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384" "bf16 32768 16384"
          "bf16 512 4096" "f32 16384 1024" "f32 16384 4096" "f32 16384 16384" "f32 512 4096")
+elif [ "$SET" = split_order ]; then
+  # Row counts that are not a multiple of the backward's segments (gaps in
+  # pass 1's reversed order), ragged chunks, and bfloat16 rows too long for
+  # the shared-row forward (which the forward takes otherwise).
+  CHECKS=("bf16 32 262144" "f32 32 262144" "bf16 33 262144" "f32 17 131080" "bf16 61 262144" "bf16 24 524288")
+  TIMED=("bf16 32 262144" "f32 32 262144" "bf16 128 262144" "f32 128 262144" "bf16 16 524288" "bf16 64 131080")
+  # ncu on the seed shape's backward with L2 left as the kernels before left it.
+  NCU=("bf16 32 262144")
 else
   CHECKS=("bf16 16384 1024" "bf16 32 262144" "f32 16384 1024" "bf16 512 4096")
   TIMED=("bf16 16384 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 32 262144" "bf16 512 4096"
@@ -41,5 +51,13 @@ for round in 1 2; do
     for c in "${TIMED[@]}"; do
       /tmp/bench_$v $v $c | grep -v "host us\|copy"
     done
+  done
+done
+for c in "${NCU[@]}"; do
+  for v in $VARIANTS; do
+    echo "== ncu $v bwd $c (--cache-control none: L2 as the kernels before left it)"
+    BENCH_ONLY=bwd ncu --cache-control none --clock-control none -k 'regex:Chunk|SumPartials' -s 30 -c 3 \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+      /tmp/bench_$v $v $c 2>&1 | grep -E "Kernel|gpu__|dram__|lts__" | sed 's/^ *//'
   done
 done
