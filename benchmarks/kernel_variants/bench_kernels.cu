@@ -11,6 +11,12 @@
 #else
 #define BENCH_SHARED_ROWS 0
 #endif
+#if __has_include("rms_norm_grid_backward.cu")  // sources of this session on
+#include "rms_norm_grid_backward.cu"
+#define BENCH_GRID_BACKWARD 1
+#else
+#define BENCH_GRID_BACKWARD 0
+#endif
 #include "cuda_scratch.h"
 #include <cstdio>
 #include <vector>
@@ -105,7 +111,7 @@ int main(int argc, char** argv) {
     ForwardBuffers fb{bx.any(), bw.any(), by.any(), binv.any(), bchunks.any()};
     BackwardBuffers bb{bdy.any(), binv.any(), bx.any(), bw.any(), bdx.any(), bdw.any(), bpart.any(), bchunks.any()};
     RowGeometry g{c.rows, c.len};
-    bool fast_f = true, fast_b = true, split_f = false, split_b = false, shared_f = false;
+    bool fast_f = true, fast_b = true, split_f = false, split_b = false, shared_f = false, grid_b = false;
     // BENCH_ONLY=fwd or bwd times one direction only (for profiling).
     const char* only = getenv("BENCH_ONLY");
     const bool do_f = !only || std::string(only) == "fwd", do_b = !only || std::string(only) == "bwd";
@@ -115,7 +121,11 @@ int main(int argc, char** argv) {
       r = TrySharedRowForward(0, fb, g, 1e-5); shared_f = r.has_value();
 #endif
     } if (!r) { r = TrySplitRowsForward(0, fb, g, 1e-5); split_f = r.has_value(); } if (!r) fast_f = false; else if (r->failure()) { printf("fwd error\n"); exit(1); } };
-    auto bwd = [&] { auto r = TryFastBackward(0, bb, g); if (!r) { r = TrySplitRowsBackward(0, bb, g); split_b = r.has_value(); } if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } };
+    auto bwd = [&] { auto r = TryFastBackward(0, bb, g); if (!r && !getenv("BENCH_NO_GRID")) {
+#if BENCH_GRID_BACKWARD
+      r = TryGridBackward(0, bb, g); grid_b = r.has_value();
+#endif
+    } if (!r) { r = TrySplitRowsBackward(0, bb, g); split_b = r.has_value(); } if (!r) fast_b = false; else if (r->failure()) { printf("bwd error\n"); exit(1); } };
     double fus = do_f ? TimeUs(fwd) : 0;
     double bus = do_b ? TimeUs(bwd) : 0;
     const double fhost = do_f ? HostUs(fwd) : 0, bhost = do_b ? HostUs(bwd) : 0;
@@ -143,7 +153,7 @@ int main(int argc, char** argv) {
     double fbytes = 2.0 * n * item, bbytes = 3.0 * n * item;
     printf("%s %s %6ld x %-7ld fwd %8.1f us %6.0f GB/s %3.0f%%%s | bwd %8.1f us %6.0f GB/s %3.0f%%%s\n", label, c.bf16 ? "bf16" : "f32 ",
            (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? (split_f ? " (split)" : shared_f ? " (shared)" : "") : " (fallback)",
-           bus, bbytes / bus / 1e3, 100 * bbytes / bus / 1e3 / copy_gbps, fast_b ? (split_b ? " (split)" : "") : " (fallback)");
+           bus, bbytes / bus / 1e3, 100 * bbytes / bus / 1e3 / copy_gbps, fast_b ? (split_b ? " (split)" : grid_b ? " (grid)" : "") : " (fallback)");
     printf("    host us per call: fwd %.2f bwd %.2f\n", fhost, bhost);
     fflush(stdout);
     for (void* p : {x, w, y, dy, dx, dw, inv, part, chunks}) cudaFree(p);

@@ -102,6 +102,7 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
                                 *dx, *dw,     *partials, *chunk_sums};
   if constexpr (kKernels == Kernels::kFast) {
     if (auto launched = TryFastBackward(stream, buffers, g)) return *launched;
+    if (auto launched = TryGridBackward(stream, buffers, g)) return *launched;
     if (auto launched = TrySplitRowsBackward(stream, buffers, g)) {
       return *launched;
     }

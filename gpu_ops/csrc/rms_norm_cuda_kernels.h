@@ -10,6 +10,9 @@
 //   - rms_norm_shared_rows.cu (TrySharedRowForward): in the forward, those
 //     longer rows that a cluster of blocks holds in shared memory, in one
 //     pass; nullopt for longer rows, and on GPUs without clusters;
+//   - rms_norm_grid_backward.cu (TryGridBackward): in the backward, those
+//     longer rows whose x and dy the whole GPU holds at once, in one pass
+//     with a grid-wide barrier;
 //   - rms_norm_split_rows.cu (TrySplitRows*): the rest, each row split over
 //     many blocks, in two passes.
 // - The seed tutorial's kernels (rms_norm_apex_seed.cu), derived from NVIDIA
@@ -57,6 +60,10 @@ std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
 std::optional<ffi::Error> TrySharedRowForward(cudaStream_t stream,
                                               const ForwardBuffers& b,
                                               RowGeometry g, double eps);
+
+std::optional<ffi::Error> TryGridBackward(cudaStream_t stream,
+                                          const BackwardBuffers& b,
+                                          RowGeometry g);
 
 std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
                                               const ForwardBuffers& b,
