@@ -115,6 +115,23 @@ def test_forward_blocks_work_through_several_row_groups(dtype):
     reference.check_op(gpu_ops.rms_norm, x, weight, dy)
 
 
+# Inputs the grid backward takes (rms_norm_grid_backward.cu): the seed's
+# shape (8 rows a thread), a last group of rows and a last block of columns
+# left part empty (float32 17 x 131,080: 5 rows a thread, two of dy's in
+# shared memory), and one group of 1024-thread columns (7 rows).
+GRID_BACKWARD_CASES = [((32, 262_144), jnp.bfloat16), ((17, 131_080), jnp.float32),
+                       ((7, 1_000_000), jnp.float16), ((3, 131_080), jnp.bfloat16)]
+
+
+@pytest.mark.parametrize("shape,dtype", GRID_BACKWARD_CASES)
+def test_grid_backward(shape, dtype):
+    kx, kw, kd = jax.random.split(jax.random.key(6), 3)
+    x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
+    weight = (1 + 0.3 * jax.random.normal(kw, shape[-1:], jnp.float32)).astype(dtype)
+    dy = jax.random.normal(kd, shape, jnp.float32).astype(dtype)
+    reference.check_op(gpu_ops.rms_norm, x, weight, dy)
+
+
 @pytest.mark.parametrize("dtype,row_length", [(jnp.bfloat16, 4_096), (jnp.float32, 1_000)])
 def test_seed_kernels_stay_callable(dtype, row_length):
     from gpu_ops.apex_seed import rms_norm_apex_seed
@@ -131,6 +148,9 @@ def test_seed_kernels_stay_callable(dtype, row_length):
 # XLA records a run of at least 5 commands (its default minimum) into a
 # command buffer, a CUDA graph, if every command may be recorded.
 CALLS_FOR_A_GRAPH = 6
+# float32 (rows, row length) that take a block per row, split rows, and the
+# grid backward (a cooperative launch).
+GRAPH_SHAPES = [(37, 4_096), (37, 262_144), (16, 262_144)]
 
 
 def _vjps(xs, weight, dys):
@@ -148,8 +168,8 @@ def test_xla_records_the_calls_into_cuda_graphs(tmp_path):
     script = textwrap.dedent(f"""
         import jax, jax.numpy as jnp
         import test_gpu
-        for row_length in (4_096, 262_144):  # a block per row; split rows
-            xs = jnp.ones(({CALLS_FOR_A_GRAPH}, 37, row_length))
+        for rows, row_length in test_gpu.GRAPH_SHAPES:
+            xs = jnp.ones(({CALLS_FOR_A_GRAPH}, rows, row_length))
             jax.jit(test_gpu._vjps).lower(xs, jnp.ones(row_length), xs).compile()
     """)
     env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path}",
@@ -157,7 +177,7 @@ def test_xla_records_the_calls_into_cuda_graphs(tmp_path):
                                           os.environ.get("PYTHONPATH", "")])}
     subprocess.run([sys.executable, "-c", script], env=env, check=True)
     dumps = sorted(tmp_path.glob("*jit__vjps.thunk_sequence_after_thunk_passes.txt"))
-    assert len(dumps) == 2, sorted(p.name for p in tmp_path.iterdir())
+    assert len(dumps) == len(GRAPH_SHAPES), sorted(p.name for p in tmp_path.iterdir())
     for dump in dumps:
         lines = dump.read_text().splitlines()
         assert lines[0].startswith("000: kCommandBuffer"), lines[:3]
@@ -165,11 +185,11 @@ def test_xla_records_the_calls_into_cuda_graphs(tmp_path):
         assert len(recorded) == 2 * CALLS_FOR_A_GRAPH, lines
 
 
-@pytest.mark.parametrize("row_length", [4_096, 262_144])
-def test_calls_give_the_same_results_from_cuda_graphs(row_length):
+@pytest.mark.parametrize("rows,row_length", GRAPH_SHAPES)
+def test_calls_give_the_same_results_from_cuda_graphs(rows, row_length):
     def inputs(seed):
         kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
-        shape = (CALLS_FOR_A_GRAPH, 37, row_length)
+        shape = (CALLS_FOR_A_GRAPH, rows, row_length)
         return (jax.random.normal(kx, shape, jnp.float32),
                 1 + 0.3 * jax.random.normal(kw, (row_length,), jnp.float32),
                 jax.random.normal(kd, shape, jnp.float32))

@@ -15,7 +15,8 @@ CASES = [
     ((2, 4, 512, 4), jnp.bfloat16, jnp.bfloat16),
     ((0, 16), jnp.float32, jnp.float32),
     # the fast kernels: several rows per block, a block per row, a cluster per
-    # row, a row split over many blocks (the last chunk cut short)
+    # row, a row split over many blocks (the last chunk cut short; the
+    # backwards of these two take the grid backward)
     ((67, 1024), jnp.bfloat16, jnp.bfloat16),
     ((67, 16384), jnp.bfloat16, jnp.bfloat16),
     ((5, 262144), jnp.bfloat16, jnp.bfloat16),
@@ -27,6 +28,12 @@ CASES = [
     # more rows than the GPU holds forward blocks of 1024 threads for: each
     # works through several rows, loading the next before it writes one
     ((301, 16384), jnp.bfloat16, jnp.bfloat16),
+    # the grid backward: a last group of rows and a last block of columns
+    # left part empty, and one group of 1024-thread columns; and rows one
+    # thread group too many for it (the split-row backward)
+    ((17, 131080), jnp.float32, jnp.float32),
+    ((7, 1_000_000), jnp.float16, jnp.float16),
+    ((40, 262144), jnp.bfloat16, jnp.bfloat16),
 ]
 
 for shape, x_dtype, w_dtype in CASES:

@@ -4,11 +4,16 @@
 #   run_set.sh shapes_and_registers   the run in h200_shapes_and_registers.log
 #   run_set.sh overlap                the run in h200_overlap.log
 #   run_set.sh split_order            the run in h200_split_order.log
+#   run_set.sh grid_phases            the run in h200_grid_phases.log
 set -u
 NCU=()
 cd "$(dirname "$0")"
 SET=${1:-shapes_and_registers}
-VARIANTS=$(python3 make_variants.py "$SET" | tee /dev/stderr | awk '{print $1}') || exit 1
+if [ "${CARRIED:-0}" = 1 ]; then
+  VARIANTS=$(ls variants)  # written by make_variants.py elsewhere and carried here (no git history)
+else
+  VARIANTS=$(python3 make_variants.py "$SET" | tee /dev/stderr | awk '{print $1}') || exit 1
+fi
 if [ "$SET" = overlap ]; then
   # Odd row counts and rows of 16,384 in the checks: the prefetching forward's
   # last groups, and its 1024-thread blocks.
@@ -22,6 +27,12 @@ elif [ "$SET" = split_order ]; then
   CHECKS=("bf16 32 262144" "f32 32 262144" "bf16 33 262144" "f32 17 131080" "bf16 61 262144" "bf16 24 524288")
   TIMED=("bf16 32 262144" "f32 32 262144" "bf16 128 262144" "f32 128 262144" "bf16 16 524288" "bf16 64 131080")
   # ncu on the seed shape's backward with L2 left as the kernels before left it.
+  NCU=("bf16 32 262144")
+elif [ "$SET" = grid_phases ]; then
+  # Row counts that do not fill the last group of rows, and blocks that do not
+  # fill their last columns.
+  CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
+  TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
   NCU=("bf16 32 262144")
 else
   CHECKS=("bf16 16384 1024" "bf16 32 262144" "f32 16384 1024" "bf16 512 4096")
@@ -56,7 +67,7 @@ done
 for c in "${NCU[@]}"; do
   for v in $VARIANTS; do
     echo "== ncu $v bwd $c (--cache-control none: L2 as the kernels before left it)"
-    BENCH_ONLY=bwd ncu --cache-control none --clock-control none -k 'regex:Chunk|SumPartials' -s 30 -c 3 \
+    BENCH_ONLY=bwd ncu --cache-control none --clock-control none -k 'regex:Chunk|SumPartials|Grid' -s 30 -c 3 \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
       /tmp/bench_$v $v $c 2>&1 | grep -E "Kernel|gpu__|dram__|lts__" | sed 's/^ *//'
   done

@@ -405,6 +405,26 @@ cudaLaunchConfig_t LaunchConfig(const Shape& shape, int64_t blocks,
   return config;
 }
 
+// Allows launches of `kernel` with up to `shared_bytes` of dynamic shared
+// memory (beyond the default 48 KiB, a kernel must ask). The limit only ever
+// goes up: lowering it for one size would fail the launches of a larger size
+// whose occupancy was computed (and cached) before. False if the GPU has less.
+template <typename Kernel>
+bool AllowSharedMemory(Kernel kernel, int shared_bytes) {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (attributes.maxDynamicSharedSizeBytes >= shared_bytes) return true;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           shared_bytes) != cudaSuccess) {
+    cudaGetLastError();  // more shared memory than this GPU has
+    return false;
+  }
+  return true;
+}
+
 // How many blocks (or clusters of blocks) of `shape`, with `shared_bytes` of
 // shared memory each, the GPU runs at once; 0 if it cannot run even one.
 template <typename Kernel>
@@ -415,12 +435,7 @@ int64_t ResidentGroups(Kernel kernel, const Shape& shape, int shared_bytes) {
                                    shape.cluster, shared_bytes);
   return Cached(key, [&]() -> int64_t {
     int groups = 0;
-    if (cudaFuncSetAttribute(kernel,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             shared_bytes) != cudaSuccess) {
-      cudaGetLastError();  // more shared memory than this GPU has
-      return 0;
-    }
+    if (!AllowSharedMemory(kernel, shared_bytes)) return 0;
     if (shape.cluster == 1) {
       int sms = 0;
       if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,

@@ -9,13 +9,13 @@
 // across every row, so that it adds up its columns' weight gradient itself;
 // the rows' sums, which every block needs, meet in global memory:
 // 1. each thread loads its vectors of x into shared memory (cp.async) and of
-//    dy into registers and shared memory, and the block adds up, for each
-//    row, dy * w * x over its columns; it writes those sums to
-//    row_sums[block][row];
+//    dy into registers and shared memory; as they arrive, it adds up its
+//    columns' weight gradient, and the block, for each row, dy * w * x over
+//    its columns; it writes those sums to row_sums[block][row];
 // 2. the grid waits at a grid-wide barrier (a cooperative launch, which runs
 //    only if all its blocks fit on the GPU at once);
 // 3. every block adds up row_sums over the blocks, in the same order, then
-//    computes and writes its dx and its columns of dw.
+//    computes and writes its dx, and its columns of dw.
 // row_sums lives in the call's dweight_partials scratch (cuda_scratch.h),
 // which holds far more than the blocks * rows floats this takes.
 #include <cooperative_groups.h>
@@ -71,8 +71,10 @@ __global__ void __launch_bounds__(kGridThreads, 1)
                        float inverse_length) {
   using P = Pack<T>;
   extern __shared__ __align__(128) float4 grid_memory[];
+  constexpr int kMaxRows = kMaxGridRows * kGridThreads / kWarpSize;
   __shared__ float warp_sums[kMaxGridRows][kGridThreads / kWarpSize];
-  __shared__ float row_totals[kMaxGridRows * kGridThreads / kWarpSize];
+  __shared__ float row_inv[kMaxRows];     // inv_rms
+  __shared__ float row_totals[kMaxRows];  // mean(dy * w * x)
   const int groups = blockDim.x / columns;
   const int group = threadIdx.x / columns;
   const int column = blockIdx.x * columns + threadIdx.x % columns;
@@ -92,7 +94,8 @@ __global__ void __launch_bounds__(kGridThreads, 1)
   const P* dyp = reinterpret_cast<const P*>(dy);
   const P* xp = reinterpret_cast<const P*>(x);
 
-  // 1. Load, and add up dy * w * x of each of the thread's rows.
+  // 1. Load (row j's vectors as cp.async group j), then, as each row's
+  // arrive, add up its dy * w * x and the weight gradient dy * x * inv.
   P dy_registers[kDyRegisterRows];
 #pragma unroll
   for (int j = 0; j < kMaxGridRows; ++j) {
@@ -103,25 +106,30 @@ __global__ void __launch_bounds__(kGridThreads, 1)
     } else if (holds(j)) {
       __pipeline_memcpy_async(dy_slot(j), dyp + at_row, sizeof(P));
     }
+    __pipeline_commit();
   }
-  __pipeline_commit();
   auto dy_of = [&](int j) {
     return j < kDyRegisterRows ? dy_registers[j] : *dy_slot(j);
   };
   const P wv[1] = {VectorOrZeros(in_row, reinterpret_cast<const P*>(w) + column)};
-  __pipeline_wait_prior(0);
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) row_inv[r] = inv_rms[r];
+  __syncthreads();
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
+  float dwv[P::kSize] = {};
 #pragma unroll
   for (int j = 0; j < kMaxGridRows; ++j) {
+    __pipeline_wait_prior(kMaxGridRows - 1 - j);  // row j's copies are in
     float sum = 0;
     if (holds(j)) {
       const P xv = *slot(j);
       const P dyv = dy_of(j);
+      const float inv = row_inv[row_of(j)];
 #pragma unroll
       for (int e = 0; e < P::kSize; ++e) {
-        sum += ToAcc<float>(dyv.v[e]) * ToAcc<float>(wv[0].v[e]) *
-               ToAcc<float>(xv.v[e]);
+        const float dy_x = ToAcc<float>(dyv.v[e]) * ToAcc<float>(xv.v[e]);
+        sum += dy_x * ToAcc<float>(wv[0].v[e]);
+        dwv[e] += dy_x * inv;
       }
     }
     sum = WarpSum(sum);  // a warp lies within one group: same rows
@@ -153,19 +161,14 @@ __global__ void __launch_bounds__(kGridThreads, 1)
     if (lane == 0) row_totals[r] = sum * inverse_length;  // the mean
   }
   __syncthreads();
-  float dwv[P::kSize] = {};
 #pragma unroll
   for (int j = 0; j < kMaxGridRows; ++j) {
     if (!holds(j)) continue;
     const int row = row_of(j);
-    const float inv = inv_rms[row];
+    const float inv = row_inv[row];
     const float correction = inv * inv * row_totals[row];
     const P dys[1] = {dy_of(j)};
     const P xs[1] = {*slot(j)};
-#pragma unroll
-    for (int e = 0; e < P::kSize; ++e) {
-      dwv[e] += ToAcc<float>(dys[0].v[e]) * ToAcc<float>(xs[0].v[e]) * inv;
-    }
     StoreInputGradient(dys, xs, wv, inv, correction,
                        reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,
                        row_vectors, at);

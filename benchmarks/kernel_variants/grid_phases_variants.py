@@ -1,0 +1,29 @@
+"""The kernel variants of the H200 run in h200_grid_phases.log (make_variants.py grid_phases).
+
+Each is a copy of gpu_ops/csrc with one change to the grid backward
+(rms_norm_grid_backward.cu). Two leave out a step, so that the difference
+in time says what the step costs (their results are wrong, and the checks
+say so); one moves dy out of registers:
+- `nosync`: no grid-wide barrier (each block reads whatever row sums are
+  there);
+- `nostore`: dx is not written;
+- `dysm`: every vector of dy in shared memory, none in registers.
+"""
+from make_variants import GRID
+
+COMMIT = "fb9bfb8"
+
+VARIANTS = {
+    "base": ("the kernels as committed", {}),
+    "nosync": ("grid backward without its grid-wide barrier (wrong results)", {GRID: [
+        ("  cooperative_groups::this_grid().sync();\n", ""),
+    ]}),
+    "nostore": ("grid backward without writing dx (wrong results)", {GRID: [
+        ("    StoreInputGradient(dys, xs, wv, inv, correction,\n"
+         "                       reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,\n"
+         "                       row_vectors, at);\n", ""),
+    ]}),
+    "dysm": ("grid backward with all of dy in shared memory", {GRID: [
+        ("constexpr int kDyRegisterRows = 3;", "constexpr int kDyRegisterRows = 0;"),
+    ]}),
+}
