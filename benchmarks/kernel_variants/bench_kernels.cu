@@ -1,6 +1,7 @@
 // Scratch microbenchmark: times the fast kernels of one variant of
 // rms_norm_fast.cu (TryFast*, else rms_norm_shared_rows.cu's forward unless
-// BENCH_NO_SHARED is set, else rms_norm_split_rows.cu's TrySplitRows*)
+// BENCH_NO_SHARED is set and rms_norm_grid_backward.cu's backward unless
+// BENCH_NO_GRID is set, else rms_norm_split_rows.cu's TrySplitRows*)
 // with CUDA events. BENCH_CHECK=1: first compares y, dx and dw of cases of
 // at most 2^24 values with a float64 reference computed on the host.
 #include "rms_norm_fast.cu"

@@ -18,6 +18,9 @@
 //    computes and writes its dx, and its columns of dw.
 // row_sums lives in the call's dweight_partials scratch (cuda_scratch.h),
 // which holds far more than the blocks * rows floats this takes.
+// In CUDA-event timings on an H200, this took the seed shape's bfloat16
+// backward from 29.6 µs (split rows) to 23.0 µs
+// (benchmarks/kernel_variants/h200_grid_backward.log).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,7 +32,6 @@
 #include <optional>
 
 #include "cuda_common.cuh"
-#include "dependent_launch.cuh"
 #include "fast_kernels_common.cuh"
 #include "rms_norm_cuda_kernels.h"
 
