@@ -229,11 +229,9 @@ std::optional<ffi::Error> TryGridBackward(cudaStream_t stream,
               blocks * rows) {
             return std::nullopt;
           }
-          cudaLaunchConfig_t config = {};
-          config.gridDim = dim3(static_cast<unsigned>(blocks));
-          config.blockDim = dim3(kGridThreads);
-          config.dynamicSmemBytes = static_cast<size_t>(shared_bytes);
-          config.stream = stream;
+          cudaLaunchAttribute no_cluster[1];  // shape.cluster == 1
+          cudaLaunchConfig_t config =
+              LaunchConfig(shape, blocks, shared_bytes, stream, no_cluster);
           cudaLaunchAttribute cooperative[1];
           cooperative[0].id = cudaLaunchAttributeCooperative;
           cooperative[0].val.cooperative = 1;
