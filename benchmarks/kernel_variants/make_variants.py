@@ -1,4 +1,4 @@
-"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases].
+"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages].
 
 Each variant is a copy of gpu_ops/csrc, as it was at the commit the set was
 run on, with one change, in variants/NAME/ (ignored by git); run_set.sh
@@ -11,7 +11,9 @@ without the history, write the variants where it is and carry variants/.
 - overlap (overlap_variants.py; commit 822504d): the run in h200_overlap.log.
 - split_order (split_order_variants.py; commit 3d1f1b3): the run in
   h200_split_order.log.
-- grid_phases (grid_phases_variants.py): the run in h200_grid_phases.log.
+- grid_phases (grid_phases_variants.py; commit fb9bfb8): part 2 of
+  h200_grid_backward.log.
+- stages (stages_variants.py): the run in h200_stages.log.
 """
 import importlib
 import pathlib
@@ -25,6 +27,7 @@ SPLIT = "rms_norm_split_rows.cu"
 COMMON = "fast_kernels_common.cuh"
 SCRATCH = "cuda_scratch.h"
 GRID = "rms_norm_grid_backward.cu"
+SHARED = "rms_norm_shared_rows.cu"
 SHAPES_AND_REGISTERS_COMMIT = "bae9fe9"
 
 
@@ -291,11 +294,11 @@ def main():
     chosen = sys.argv[1] if len(sys.argv) > 1 else "shapes_and_registers"
     if chosen == "shapes_and_registers":
         commit, variants = SHAPES_AND_REGISTERS_COMMIT, VARIANTS
-    elif chosen in ("overlap", "split_order", "grid_phases"):
+    elif chosen in ("overlap", "split_order", "grid_phases", "stages"):
         module = importlib.import_module(f"{chosen}_variants")
         commit, variants = module.COMMIT, module.VARIANTS
     else:
-        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases]")
+        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages]")
     names = [pathlib.PurePath(path).name
              for path in git("ls-tree", "--name-only", "--full-tree", commit, "gpu_ops/csrc/").split()]
     out = HERE / "variants"

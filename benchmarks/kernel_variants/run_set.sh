@@ -4,7 +4,8 @@
 #   run_set.sh shapes_and_registers   the run in h200_shapes_and_registers.log
 #   run_set.sh overlap                the run in h200_overlap.log
 #   run_set.sh split_order            the run in h200_split_order.log
-#   run_set.sh grid_phases            the run in h200_grid_phases.log
+#   run_set.sh grid_phases            part 2 of h200_grid_backward.log
+#   run_set.sh stages                 the run in h200_stages.log
 set -u
 NCU=()
 cd "$(dirname "$0")"
@@ -33,6 +34,14 @@ elif [ "$SET" = grid_phases ]; then
   # fill their last columns.
   CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
   TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
+  NCU=("bf16 32 262144")
+elif [ "$SET" = stages ]; then
+  # The grid backward's cases as in grid_phases, and the shared-row forward's
+  # row counts that leave a cluster's second buffer empty or not filled.
+  CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080"
+          "bf16 33 262144" "bf16 67 131080" "bf16 5 262144")
+  TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144"
+         "bf16 1024 262144")
   NCU=("bf16 32 262144")
 else
   CHECKS=("bf16 16384 1024" "bf16 32 262144" "f32 16384 1024" "bf16 512 4096")
