@@ -13,7 +13,7 @@ without the history, write the variants where it is and carry variants/.
   h200_split_order.log.
 - grid_phases (grid_phases_variants.py; commit fb9bfb8): part 2 of
   h200_grid_backward.log.
-- stages (stages_variants.py): the run in h200_stages.log.
+- stages (stages_variants.py; commit 7426615): the run in h200_stages.log.
 """
 import importlib
 import pathlib

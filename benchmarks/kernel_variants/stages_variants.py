@@ -17,7 +17,7 @@ variant lets writes start while later rows still arrive:
 """
 from make_variants import GRID, SHARED
 
-COMMIT = "HEAD"
+COMMIT = "7426615"
 
 GRID_STAGES = "constexpr int kGridStages = 1;"
 DY_REGISTERS = "constexpr int kDyRegisterRows = 3;"
