@@ -46,12 +46,6 @@ constexpr int kGridThreads = 1024;
 // shared memory: up to 13 vectors, 208 KiB a block.
 constexpr int kMaxGridRows = 8;
 constexpr int kDyRegisterRows = 3;
-// Stages: the rows are taken in kGridStages stages of kStageRows rows a
-// thread, each with its own grid-wide barrier, so that a stage's dx is
-// written while the next stage's rows still arrive.
-constexpr int kGridStages = 1;
-constexpr int kStageRows = kMaxGridRows / kGridStages;
-static_assert(kStageRows * kGridStages == kMaxGridRows);
 
 // Shared memory for rows_per_thread rows: x's and dy's slots, which then hold
 // the weight-gradient sums of the thread groups (kSize floats a thread).
@@ -124,71 +118,62 @@ __global__ void __launch_bounds__(kGridThreads, 1)
   __syncthreads();
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  const int warps_per_group = columns / kWarpSize;
   float dwv[P::kSize] = {};
 #pragma unroll
-  for (int stage = 0; stage < kGridStages; ++stage) {
-    // The stage's rows (the same in every block: rows_per_thread is).
-    const int first_j = stage * kStageRows;
-    if (first_j >= rows_per_thread) break;
-    const int first_row = first_j * groups;
-    const int end_row = std::min(rows, (first_j + kStageRows) * groups);
+  for (int j = 0; j < kMaxGridRows; ++j) {
+    __pipeline_wait_prior(kMaxGridRows - 1 - j);  // row j's copies are in
+    float sum = 0;
+    if (holds(j)) {
+      const P xv = *slot(j);
+      const P dyv = dy_of(j);
+      const float inv = row_inv[row_of(j)];
 #pragma unroll
-    for (int j = first_j; j < first_j + kStageRows; ++j) {
-      __pipeline_wait_prior(kMaxGridRows - 1 - j);  // row j's copies are in
-      float sum = 0;
-      if (holds(j)) {
-        const P xv = *slot(j);
-        const P dyv = dy_of(j);
-        const float inv = row_inv[row_of(j)];
-#pragma unroll
-        for (int e = 0; e < P::kSize; ++e) {
-          const float dy_x = ToAcc<float>(dyv.v[e]) * ToAcc<float>(xv.v[e]);
-          sum += dy_x * ToAcc<float>(wv[0].v[e]);
-          dwv[e] += dy_x * inv;
-        }
+      for (int e = 0; e < P::kSize; ++e) {
+        const float dy_x = ToAcc<float>(dyv.v[e]) * ToAcc<float>(xv.v[e]);
+        sum += dy_x * ToAcc<float>(wv[0].v[e]);
+        dwv[e] += dy_x * inv;
       }
-      sum = WarpSum(sum);  // a warp lies within one group: same rows
-      if (lane == 0 && j < rows_per_thread) warp_sums[j][warp] = sum;
     }
-    __syncthreads();
-    // The block's sum of row r (group r % groups, the thread's row
-    // r / groups), over the warps of that group, in order.
-    for (int r = first_row + threadIdx.x; r < end_row; r += blockDim.x) {
-      const int first_warp = (r % groups) * warps_per_group;
-      float sum = 0;
-      for (int k = 0; k < warps_per_group; ++k) {
-        sum += warp_sums[r / groups][first_warp + k];
-      }
-      row_sums[int64_t{blockIdx.x} * rows + r] = sum;
+    sum = WarpSum(sum);  // a warp lies within one group: same rows
+    if (lane == 0 && j < rows_per_thread) warp_sums[j][warp] = sum;
+  }
+  __syncthreads();
+  // The block's sum of row r (group r % groups, the thread's row r / groups),
+  // over the warps of that group, in order.
+  const int warps_per_group = columns / kWarpSize;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int first_warp = (r % groups) * warps_per_group;
+    float sum = 0;
+    for (int k = 0; k < warps_per_group; ++k) {
+      sum += warp_sums[r / groups][first_warp + k];
     }
+    row_sums[int64_t{blockIdx.x} * rows + r] = sum;
+  }
 
-    // 2. Every block's sums of the stage's rows are written.
-    cooperative_groups::this_grid().sync();
+  // 2. Every block's row sums are written.
+  cooperative_groups::this_grid().sync();
 
-    // 3. Row r's total, over the blocks in order, by one warp.
-    for (int r = first_row + warp; r < end_row;
-         r += blockDim.x / kWarpSize) {
-      float sum = 0;
-      for (int b = lane; b < static_cast<int>(gridDim.x); b += kWarpSize) {
-        sum += row_sums[int64_t{b} * rows + r];
-      }
-      sum = WarpSum(sum);
-      if (lane == 0) row_totals[r] = sum * inverse_length;  // the mean
+  // 3. Row r's total, over the blocks in order, by warp r % 32.
+  for (int r = warp; r < rows; r += blockDim.x / kWarpSize) {
+    float sum = 0;
+    for (int b = lane; b < static_cast<int>(gridDim.x); b += kWarpSize) {
+      sum += row_sums[int64_t{b} * rows + r];
     }
-    __syncthreads();
+    sum = WarpSum(sum);
+    if (lane == 0) row_totals[r] = sum * inverse_length;  // the mean
+  }
+  __syncthreads();
 #pragma unroll
-    for (int j = first_j; j < first_j + kStageRows; ++j) {
-      if (!holds(j)) continue;
-      const int row = row_of(j);
-      const float inv = row_inv[row];
-      const float correction = inv * inv * row_totals[row];
-      const P dys[1] = {dy_of(j)};
-      const P xs[1] = {*slot(j)};
-      StoreInputGradient(dys, xs, wv, inv, correction,
-                         reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,
-                         row_vectors, at);
-    }
+  for (int j = 0; j < kMaxGridRows; ++j) {
+    if (!holds(j)) continue;
+    const int row = row_of(j);
+    const float inv = row_inv[row];
+    const float correction = inv * inv * row_totals[row];
+    const P dys[1] = {dy_of(j)};
+    const P xs[1] = {*slot(j)};
+    StoreInputGradient(dys, xs, wv, inv, correction,
+                       reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,
+                       row_vectors, at);
   }
   // The weight gradient of the block's columns: the groups' sums, added up
   // in shared memory (the slots, no longer read) in group order.

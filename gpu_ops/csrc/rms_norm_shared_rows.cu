@@ -37,9 +37,6 @@ constexpr int kSharedRowThreads = 512;
 // kernels: 34.6 against 29.3 µs for 32 rows
 // (benchmarks/kernel_variants/h200_shared_rows.log).
 constexpr int kMaxSharedRowVectors = 8;
-// Rows a block holds at once: with 2 or more, a cluster loads its next rows
-// while it adds up and writes the current one.
-constexpr int kSharedRowBuffers = 1;
 
 // Cluster c normalises row c, then row c + clusters, and so on. Thread t's
 // vector k of the row sits in slot k * blockDim.x + t; a thread reads back
@@ -58,60 +55,46 @@ __global__ void __launch_bounds__(kSharedRowThreads)
   unsigned calls = 0;
   const Place at = ThreadPlace(shape);
   P* slots = reinterpret_cast<P*>(row_memory);
-  auto slot = [&](int buffer, int k) {
-    return slots + (buffer * shape.vectors + k) * blockDim.x + threadIdx.x;
-  };
+  auto slot = [&](int k) { return slots + k * blockDim.x + threadIdx.x; };
   // The thread's vectors go one by one (shape.vectors is known only at run
   // time), each as an array of one at its own place in the row.
   auto vector_at = [&](int k) {
     return Place{0, 0, at.first + k * at.stride, 0};
   };
-  // Slot k of a buffer, or zeros past the row's end.
-  auto slot_vector = [&](int buffer, int k) {
-    return VectorOrZeros(vector_at(k).first < row_vectors, slot(buffer, k));
+  // Slot k, or zeros past the row's end.
+  auto slot_vector = [&](int k) {
+    return VectorOrZeros(vector_at(k).first < row_vectors, slot(k));
   };
   const P* xp = reinterpret_cast<const P*>(x);
   const P* wp = reinterpret_cast<const P*>(w);
   P* yp = reinterpret_cast<P*>(y);
   const int64_t clusters = gridDim.x / shape.cluster;
-  // Copies the row's vectors into a buffer (as one cp.async group, empty
-  // past the last row).
-  auto load = [&](int64_t row, int buffer) {
-    for (int k = 0; row < rows && k < shape.vectors; ++k) {
+  // The loop runs the same number of times in every block of a cluster.
+  for (int64_t row = blockIdx.x / shape.cluster; row < rows; row += clusters) {
+    for (int k = 0; k < shape.vectors; ++k) {
       const int c = vector_at(k).first;
       if (c < row_vectors) {
-        __pipeline_memcpy_async(slot(buffer, k), xp + row * row_vectors + c,
+        __pipeline_memcpy_async(slot(k), xp + row * row_vectors + c,
                                 sizeof(P));
       }
     }
     __pipeline_commit();
-  };
-  const int64_t first_row = blockIdx.x / shape.cluster;
-  for (int i = 0; i + 1 < kSharedRowBuffers; ++i) {
-    load(first_row + i * clusters, i);
-  }
-  // The loop runs the same number of times in every block of a cluster.
-  int buffer = 0;
-  for (int64_t row = first_row; row < rows; row += clusters) {
-    load(row + (kSharedRowBuffers - 1) * clusters,
-         (buffer + kSharedRowBuffers - 1) % kSharedRowBuffers);
-    __pipeline_wait_prior(kSharedRowBuffers - 1);  // this row's copies
+    __pipeline_wait_prior(0);
     float sum_squares = 0;
     for (int k = 0; k < shape.vectors; ++k) {
-      const P v[1] = {slot_vector(buffer, k)};
+      const P v[1] = {slot_vector(k)};
       sum_squares += SumSquares(v);
     }
     const float total = TeamSum<true>(sum_squares, shape, at, sums, calls);
     const float inv = rsqrtf(total / row_length + eps);
     for (int k = 0; k < shape.vectors; ++k) {
-      const P v[1] = {slot_vector(buffer, k)};
+      const P v[1] = {slot_vector(k)};
       P weight[1];
       LoadVectors(wp, row_vectors, vector_at(k), weight);
       StoreNormalised(v, weight, inv, yp + row * row_vectors, row_vectors,
                       vector_at(k));
     }
     if (at.rank == 0 && threadIdx.x == 0) inv_rms[row] = inv;
-    buffer = (buffer + 1) % kSharedRowBuffers;
   }
   LeaveCluster<true>();
 }
@@ -137,8 +120,8 @@ std::optional<ffi::Error> TrySharedRowForward(cudaStream_t stream,
           if (vectors > kMaxSharedRowVectors) break;
           const Shape shape{cluster, kSharedRowThreads, 1,
                             static_cast<int>(vectors)};
-          const int shared_bytes = static_cast<int>(
-              kSharedRowBuffers * vectors * kSharedRowThreads * 16);
+          const int shared_bytes =
+              static_cast<int>(vectors * kSharedRowThreads * 16);
           const int64_t resident = ResidentGroups(kernel, shape, shared_bytes);
           if (resident < 1) continue;
           return Launch(stream, kernel, shape, std::min(g.rows, resident),
