@@ -1,4 +1,4 @@
-"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages].
+"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages | grid_costs].
 
 Each variant is a copy of gpu_ops/csrc, as it was at the commit the set was
 run on, with one change, in variants/NAME/ (ignored by git); run_set.sh
@@ -14,6 +14,8 @@ without the history, write the variants where it is and carry variants/.
 - grid_phases (grid_phases_variants.py; commit fb9bfb8): part 2 of
   h200_grid_backward.log.
 - stages (stages_variants.py; commit 7426615): the run in h200_stages.log.
+- grid_costs (grid_costs_variants.py; commit 406ba48): the run in
+  h200_grid_costs.log.
 """
 import importlib
 import pathlib
@@ -294,11 +296,11 @@ def main():
     chosen = sys.argv[1] if len(sys.argv) > 1 else "shapes_and_registers"
     if chosen == "shapes_and_registers":
         commit, variants = SHAPES_AND_REGISTERS_COMMIT, VARIANTS
-    elif chosen in ("overlap", "split_order", "grid_phases", "stages"):
+    elif chosen in ("overlap", "split_order", "grid_phases", "stages", "grid_costs"):
         module = importlib.import_module(f"{chosen}_variants")
         commit, variants = module.COMMIT, module.VARIANTS
     else:
-        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages]")
+        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages | grid_costs]")
     names = [pathlib.PurePath(path).name
              for path in git("ls-tree", "--name-only", "--full-tree", commit, "gpu_ops/csrc/").split()]
     out = HERE / "variants"

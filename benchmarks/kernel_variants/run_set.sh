@@ -6,8 +6,10 @@
 #   run_set.sh split_order            the run in h200_split_order.log
 #   run_set.sh grid_phases            part 2 of h200_grid_backward.log
 #   run_set.sh stages                 the run in h200_stages.log
+#   run_set.sh grid_costs             the run in h200_grid_costs.log
 set -u
 NCU=()
+NCU_FULL=()
 cd "$(dirname "$0")"
 SET=${1:-shapes_and_registers}
 if [ "${CARRIED:-0}" = 1 ]; then
@@ -43,6 +45,13 @@ elif [ "$SET" = stages ]; then
   TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144"
          "bf16 1024 262144")
   NCU=("bf16 32 262144")
+elif [ "$SET" = grid_costs ]; then
+  # The seed shape against the same bytes in float32 and in bfloat16 rows
+  # twice as long (two thread groups a block, as in float32).
+  CHECKS=("bf16 32 262144" "f32 16 262144")
+  TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144")
+  NCU=("bf16 32 262144")
+  NCU_FULL=("bf16 32 262144" "bf16 16 524288" "f32 16 262144")
 else
   CHECKS=("bf16 16384 1024" "bf16 32 262144" "f32 16384 1024" "bf16 512 4096")
   TIMED=("bf16 16384 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 32 262144" "bf16 512 4096"
@@ -80,4 +89,14 @@ for c in "${NCU[@]}"; do
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
       /tmp/bench_$v $v $c 2>&1 | grep -E "Kernel|gpu__|dram__|lts__" | sed 's/^ *//'
   done
+done
+for c in "${NCU_FULL[@]}"; do
+  # Every section of one backward of the base kernels, then its SASS lines
+  # with the most warp-stall samples.
+  rep=/tmp/full_${c// /_}
+  BENCH_ONLY=bwd ncu --set full --import-source no -k 'regex:Grid' -s 30 -c 1 -f -o $rep /tmp/bench_base base $c > /dev/null 2>&1
+  echo "== ncu --set full base bwd $c"
+  ncu --import $rep.ncu-rep --page details --print-units base 2>&1 | sed 's/^ *//' | grep -v "^$\|^---"
+  echo "== ncu source base bwd $c: the 25 SASS lines with the most warp-stall samples"
+  ncu --import $rep.ncu-rep --page source --print-source sass --csv 2>&1 | python3 top_stalls.py 25
 done
