@@ -9,16 +9,16 @@ import sys
 def main():
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 25
     text = sys.stdin.read()
-    start = text.find('"')  # ncu may print lines before the table
-    rows = list(csv.reader(text[start:].splitlines()))
-    if not rows:
-        print(text[:2000])
+    rows = list(csv.reader(text.splitlines()))
+    # ncu prints the kernel's name before the table: the header is the first
+    # row with a stall-sampling column.
+    at = next((k for k, row in enumerate(rows)
+               if any(name.startswith("Warp Stall Sampling (All") for name in row)), None)
+    if at is None:
+        print("no stall-sampling column in:", text[:2000])
         return
-    header, body = rows[0], rows[1:]
-    samples = next((i for i, name in enumerate(header) if name.startswith("Warp Stall Sampling (All")), None)
-    if samples is None:
-        print("no stall-sampling column; header:", header)
-        return
+    header, body = rows[at], rows[at + 1:]
+    samples = next(i for i, name in enumerate(header) if name.startswith("Warp Stall Sampling (All"))
     keep = [i for i, name in enumerate(header)
             if name in ("Address", "Source") or name.startswith("Warp Stall Sampling")]
     print(" | ".join(header[i] for i in keep))

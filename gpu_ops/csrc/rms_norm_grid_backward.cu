@@ -11,11 +11,12 @@
 // 1. each thread loads its vectors of x into shared memory (cp.async) and of
 //    dy into registers and shared memory; as they arrive, it adds up its
 //    columns' weight gradient, and the block, for each row, dy * w * x over
-//    its columns; it writes those sums to row_sums[block][row];
+//    its columns; it writes those sums to row_sums[row][block];
 // 2. the grid waits at a grid-wide barrier (a cooperative launch, which runs
 //    only if all its blocks fit on the GPU at once);
-// 3. every block adds up row_sums over the blocks, in the same order, then
-//    computes and writes its dx, and its columns of dw.
+// 3. every block adds up row_sums over the blocks, in the same order (a
+//    warp reads a row's sums as whole lines, since every block reads them
+//    at once), then computes and writes its dx, and its columns of dw.
 // row_sums lives in the call's dweight_partials scratch (cuda_scratch.h),
 // which holds far more than the blocks * rows floats this takes.
 // In CUDA-event timings on an H200, this took the seed shape's bfloat16
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(kGridThreads, 1)
     for (int k = 0; k < warps_per_group; ++k) {
       sum += warp_sums[r / groups][first_warp + k];
     }
-    row_sums[int64_t{blockIdx.x} * rows + r] = sum;
+    row_sums[int64_t{r} * gridDim.x + blockIdx.x] = sum;
   }
 
   // 2. Every block's row sums are written.
@@ -156,8 +157,10 @@ __global__ void __launch_bounds__(kGridThreads, 1)
   // 3. Row r's total, over the blocks in order, by warp r % 32.
   for (int r = warp; r < rows; r += blockDim.x / kWarpSize) {
     float sum = 0;
+    const float* sums = row_sums + int64_t{r} * gridDim.x;
+#pragma unroll 4  // the loads in flight together
     for (int b = lane; b < static_cast<int>(gridDim.x); b += kWarpSize) {
-      sum += row_sums[int64_t{b} * rows + r];
+      sum += sums[b];
     }
     sum = WarpSum(sum);
     if (lane == 0) row_totals[r] = sum * inverse_length;  // the mean
