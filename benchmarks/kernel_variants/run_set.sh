@@ -7,6 +7,7 @@
 #   run_set.sh grid_phases            part 2 of h200_grid_backward.log
 #   run_set.sh stages                 the run in h200_stages.log
 #   run_set.sh grid_costs             the run in h200_grid_costs.log
+#   run_set.sh row_sums               the run in h200_row_sums.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -52,6 +53,11 @@ elif [ "$SET" = grid_costs ]; then
   TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144")
   NCU=("bf16 32 262144")
   NCU_FULL=("bf16 32 262144" "bf16 16 524288" "f32 16 262144")
+elif [ "$SET" = row_sums ]; then
+  CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
+  TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
+  NCU=("bf16 32 262144")
+  NCU_FULL=("bf16 32 262144")
 else
   CHECKS=("bf16 16384 1024" "bf16 32 262144" "f32 16384 1024" "bf16 512 4096")
   TIMED=("bf16 16384 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 32 262144" "bf16 512 4096"
