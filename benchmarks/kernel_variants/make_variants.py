@@ -1,4 +1,4 @@
-"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages | grid_costs | row_sums].
+"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages | grid_costs | row_sums | profiles].
 
 Each variant is a copy of gpu_ops/csrc, as it was at the commit the set was
 run on, with one change, in variants/NAME/ (ignored by git); run_set.sh
@@ -16,6 +16,7 @@ without the history, write the variants where it is and carry variants/.
 - stages (stages_variants.py; commit 7426615): the run in h200_stages.log.
 - grid_costs (grid_costs_variants.py; commit 406ba48): the run in
   h200_grid_costs.log.
+- profiles (profiles_variants.py): base alone, for ncu; h200_profiles.log.
 - row_sums (row_sums_variants.py; commit a238727): the run in h200_row_sums.log.
 """
 import importlib
@@ -297,11 +298,11 @@ def main():
     chosen = sys.argv[1] if len(sys.argv) > 1 else "shapes_and_registers"
     if chosen == "shapes_and_registers":
         commit, variants = SHAPES_AND_REGISTERS_COMMIT, VARIANTS
-    elif chosen in ("overlap", "split_order", "grid_phases", "stages", "grid_costs", "row_sums"):
+    elif chosen in ("overlap", "split_order", "grid_phases", "stages", "grid_costs", "row_sums", "profiles"):
         module = importlib.import_module(f"{chosen}_variants")
         commit, variants = module.COMMIT, module.VARIANTS
     else:
-        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages | grid_costs | row_sums]")
+        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages | grid_costs | row_sums | profiles]")
     names = [pathlib.PurePath(path).name
              for path in git("ls-tree", "--name-only", "--full-tree", commit, "gpu_ops/csrc/").split()]
     out = HERE / "variants"

@@ -52,12 +52,17 @@ elif [ "$SET" = grid_costs ]; then
   CHECKS=("bf16 32 262144" "f32 16 262144")
   TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144")
   NCU=("bf16 32 262144")
-  NCU_FULL=("bf16 32 262144" "bf16 16 524288" "f32 16 262144")
+  NCU_FULL=("bwd bf16 32 262144" "bwd bf16 16 524288" "bwd f32 16 262144")
 elif [ "$SET" = row_sums ]; then
   CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
   TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
   NCU=("bf16 32 262144")
-  NCU_FULL=("bf16 32 262144")
+  NCU_FULL=("bwd bf16 32 262144")
+elif [ "$SET" = profiles ]; then
+  # No variants: ncu on the kernels of the cases that miss their targets.
+  CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
+  TIMED=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
+  NCU_FULL=("fwd bf16 32 262144" "fwd bf16 512 4096" "bwd bf16 16384 1024")
 else
   CHECKS=("bf16 16384 1024" "bf16 32 262144" "f32 16384 1024" "bf16 512 4096")
   TIMED=("bf16 16384 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 32 262144" "bf16 512 4096"
@@ -97,12 +102,14 @@ for c in "${NCU[@]}"; do
   done
 done
 for c in "${NCU_FULL[@]}"; do
-  # Every section of one backward of the base kernels, then its SASS lines
-  # with the most warp-stall samples.
+  # Every section of the forward or backward kernel (DIRECTION DTYPE ROWS LEN)
+  # of the base kernels, then its SASS lines with the most warp-stall samples.
+  read -r direction case <<< "$c"
   rep=/tmp/full_${c// /_}
-  BENCH_ONLY=bwd ncu --set full --import-source no -k 'regex:Grid' -s 30 -c 1 -f -o $rep /tmp/bench_base base $c > /dev/null 2>&1
-  echo "== ncu --set full base bwd $c"
+  BENCH_ONLY=$direction ncu --set full --import-source no -k 'regex:Forward|Backward' -s 30 -c 1 -f \
+    -o $rep /tmp/bench_base base $case > /dev/null 2>&1
+  echo "== ncu --set full base $c"
   ncu --import $rep.ncu-rep --page details --print-units base 2>&1 | sed 's/^ *//' | grep -v "^$\|^---"
-  echo "== ncu source base bwd $c: the 25 SASS lines with the most warp-stall samples"
+  echo "== ncu source base $c: the 25 SASS lines with the most warp-stall samples"
   ncu --import $rep.ncu-rep --page source --print-source sass --csv 2>&1 | python3 top_stalls.py 25
 done
