@@ -16,7 +16,7 @@ without the history, write the variants where it is and carry variants/.
 - stages (stages_variants.py; commit 7426615): the run in h200_stages.log.
 - grid_costs (grid_costs_variants.py; commit 406ba48): the run in
   h200_grid_costs.log.
-- profiles (profiles_variants.py): base alone, for ncu; h200_profiles.log.
+- profiles (profiles_variants.py; commit 2c9a3a3): base alone, for ncu; h200_profiles.log.
 - row_sums (row_sums_variants.py; commit a238727): the run in h200_row_sums.log.
 """
 import importlib
