@@ -8,6 +8,8 @@
 #   run_set.sh stages                 the run in h200_stages.log
 #   run_set.sh grid_costs             the run in h200_grid_costs.log
 #   run_set.sh row_sums               the run in h200_row_sums.log
+#   run_set.sh profiles               the run in h200_profiles.log
+#   run_set.sh cluster_exit           the run in h200_cluster_exit.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -58,6 +60,12 @@ elif [ "$SET" = row_sums ]; then
   TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
   NCU=("bf16 32 262144")
   NCU_FULL=("bwd bf16 32 262144")
+elif [ "$SET" = cluster_exit ]; then
+  # Every kernel of clustered teams: the shared-row forward, the cluster
+  # forward (rows over 16,384 values) and backward (over 8,192).
+  CHECKS=("bf16 32 262144" "bf16 67 131080" "bf16 16384 16384" "f32 16384 16384" "bf16 1001 32768")
+  TIMED=("bf16 32 262144" "bf16 1024 262144" "bf16 64 131080" "bf16 16384 16384" "bf16 32768 16384"
+         "f32 16384 16384" "bf16 4096 65536")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
