@@ -171,10 +171,19 @@ __device__ float ClusterSum(float block_total, int cluster, int rank,
 
 // After the last TeamSum of teams spread over a cluster: blocks of a cluster
 // must not exit while the others may still send to their shared memory.
+// A block arrives once every sum sent to it has landed, so the arrival needs
+// no memory order: a relaxed one skips the fence of cg's cluster sync, which
+// waits for the block's stores to global memory. On an H200 (CUDA events)
+// the seed shape's forward went from 13.3 to 12.6 µs
+// (benchmarks/kernel_variants/h200_cluster_exit.log).
 template <bool kClustered>
 __device__ void LeaveCluster() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (kClustered) cg::this_cluster().sync();
+  if constexpr (kClustered) {
+    asm volatile(
+        "barrier.cluster.arrive.relaxed.aligned;\n\t"
+        "barrier.cluster.wait.aligned;" ::: "memory");
+  }
 #endif
 }
 
