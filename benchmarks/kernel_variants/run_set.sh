@@ -10,6 +10,7 @@
 #   run_set.sh row_sums               the run in h200_row_sums.log
 #   run_set.sh profiles               the run in h200_profiles.log
 #   run_set.sh cluster_exit           the run in h200_cluster_exit.log
+#   run_set.sh dw_late                the run in h200_dw_late.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -60,6 +61,10 @@ elif [ "$SET" = row_sums ]; then
   TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
   NCU=("bf16 32 262144")
   NCU_FULL=("bwd bf16 32 262144")
+elif [ "$SET" = dw_late ]; then
+  CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
+  TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
+  NCU=("bf16 32 262144")
 elif [ "$SET" = cluster_exit ]; then
   # Every kernel of clustered teams: the shared-row forward, the cluster
   # forward (rows over 16,384 values) and backward (over 8,192).
