@@ -1,4 +1,4 @@
-"""Writes one set of kernel variants: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages | grid_costs | row_sums | profiles | cluster_exit | dw_late].
+"""Writes one set of kernel variants: make_variants.py SET, one of those below.
 
 Each variant is a copy of gpu_ops/csrc, as it was at the commit the set was
 run on, with one change, in variants/NAME/ (ignored by git); run_set.sh
@@ -16,11 +16,11 @@ without the history, write the variants where it is and carry variants/.
 - stages (stages_variants.py; commit 7426615): the run in h200_stages.log.
 - grid_costs (grid_costs_variants.py; commit 406ba48): the run in
   h200_grid_costs.log.
+- row_sums (row_sums_variants.py; commit a238727): the run in h200_row_sums.log.
+- profiles (profiles_variants.py; commit 2c9a3a3): base alone, for ncu; h200_profiles.log.
 - cluster_exit (cluster_exit_variants.py; commit e18fba1): the run in
   h200_cluster_exit.log.
 - dw_late (dw_late_variants.py; commit 5258078): the run in h200_dw_late.log.
-- profiles (profiles_variants.py; commit 2c9a3a3): base alone, for ncu; h200_profiles.log.
-- row_sums (row_sums_variants.py; commit a238727): the run in h200_row_sums.log.
 """
 import importlib
 import pathlib
@@ -301,11 +301,11 @@ def main():
     chosen = sys.argv[1] if len(sys.argv) > 1 else "shapes_and_registers"
     if chosen == "shapes_and_registers":
         commit, variants = SHAPES_AND_REGISTERS_COMMIT, VARIANTS
-    elif chosen in ("overlap", "split_order", "grid_phases", "stages", "grid_costs", "row_sums", "profiles", "cluster_exit", "dw_late"):
+    elif (HERE / f"{chosen}_variants.py").is_file():
         module = importlib.import_module(f"{chosen}_variants")
         commit, variants = module.COMMIT, module.VARIANTS
     else:
-        raise SystemExit("usage: make_variants.py [shapes_and_registers | overlap | split_order | grid_phases | stages | grid_costs | row_sums | profiles | cluster_exit | dw_late]")
+        raise SystemExit("usage: make_variants.py SET (shapes_and_registers, or NAME of a NAME_variants.py here)")
     names = [pathlib.PurePath(path).name
              for path in git("ls-tree", "--name-only", "--full-tree", commit, "gpu_ops/csrc/").split()]
     out = HERE / "variants"
