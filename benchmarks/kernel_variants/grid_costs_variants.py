@@ -10,7 +10,7 @@ results are wrong, and the checks say so):
 - `light3`: dx is x, written without computing it;
 - `nostore`: dx is not written (as in grid_phases).
 """
-from make_variants import GRID
+from make_variants import GRID, GRID_DX_STORE, NO_GRID_DX_STORE
 
 COMMIT = "406ba48"
 
@@ -21,14 +21,7 @@ VARIANTS = {
          "      for (int e = 0; e < 1; ++e) {\n        const float dy_x"),
     ]}),
     "light3": ("grid backward writing x as dx (wrong results)", {GRID: [
-        ("    StoreInputGradient(dys, xs, wv, inv, correction,\n"
-         "                       reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,\n"
-         "                       row_vectors, at);\n",
-         "    reinterpret_cast<P*>(dx)[int64_t{row} * row_vectors + column] = xs[0];\n"),
+        (GRID_DX_STORE, "    reinterpret_cast<P*>(dx)[int64_t{row} * row_vectors + column] = xs[0];\n"),
     ]}),
-    "nostore": ("grid backward without writing dx (wrong results)", {GRID: [
-        ("    StoreInputGradient(dys, xs, wv, inv, correction,\n"
-         "                       reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,\n"
-         "                       row_vectors, at);\n", ""),
-    ]}),
+    "nostore": ("grid backward without writing dx (wrong results)", NO_GRID_DX_STORE),
 }

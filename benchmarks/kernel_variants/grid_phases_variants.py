@@ -9,20 +9,14 @@ say so); one moves dy out of registers:
 - `nostore`: dx is not written;
 - `dysm`: every vector of dy in shared memory, none in registers.
 """
-from make_variants import GRID
+from make_variants import GRID, NO_GRID_DX_STORE, NO_GRID_SYNC
 
 COMMIT = "fb9bfb8"
 
 VARIANTS = {
     "base": ("the kernels as committed", {}),
-    "nosync": ("grid backward without its grid-wide barrier (wrong results)", {GRID: [
-        ("  cooperative_groups::this_grid().sync();\n", ""),
-    ]}),
-    "nostore": ("grid backward without writing dx (wrong results)", {GRID: [
-        ("    StoreInputGradient(dys, xs, wv, inv, correction,\n"
-         "                       reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,\n"
-         "                       row_vectors, at);\n", ""),
-    ]}),
+    "nosync": ("grid backward without its grid-wide barrier (wrong results)", NO_GRID_SYNC),
+    "nostore": ("grid backward without writing dx (wrong results)", NO_GRID_DX_STORE),
     "dysm": ("grid backward with all of dy in shared memory", {GRID: [
         ("constexpr int kDyRegisterRows = 3;", "constexpr int kDyRegisterRows = 0;"),
     ]}),

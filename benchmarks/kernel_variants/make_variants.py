@@ -35,6 +35,14 @@ COMMON = "fast_kernels_common.cuh"
 SCRATCH = "cuda_scratch.h"
 GRID = "rms_norm_grid_backward.cu"
 SHARED = "rms_norm_shared_rows.cu"
+# Edits of the grid backward that leave a step out (wrong results), shared by
+# the sets that time what the step costs.
+GRID_SYNC = "  cooperative_groups::this_grid().sync();\n"
+GRID_DX_STORE = ("    StoreInputGradient(dys, xs, wv, inv, correction,\n"
+                 "                       reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,\n"
+                 "                       row_vectors, at);\n")
+NO_GRID_SYNC = {GRID: [(GRID_SYNC, "")]}
+NO_GRID_DX_STORE = {GRID: [(GRID_DX_STORE, "")]}
 SHAPES_AND_REGISTERS_COMMIT = "bae9fe9"
 
 

@@ -11,7 +11,7 @@ four loads in flight. Variants of that commit:
 - `nototal`: the row sums are not read (wrong results), what reading
   them costs.
 """
-from make_variants import GRID
+from make_variants import GRID, NO_GRID_SYNC
 
 COMMIT = "a238727"
 
@@ -27,9 +27,7 @@ VARIANTS = {
          "    for (int b = lane; b < static_cast<int>(gridDim.x); b += kWarpSize) {\n"
          "      sum += row_sums[int64_t{b} * rows + r];\n"),
     ]}),
-    "nosync": ("grid backward without its grid-wide barrier (wrong results)", {GRID: [
-        ("  cooperative_groups::this_grid().sync();\n", ""),
-    ]}),
+    "nosync": ("grid backward without its grid-wide barrier (wrong results)", NO_GRID_SYNC),
     "nototal": ("grid backward not reading the row sums (wrong results)", {GRID: [
         ("      sum += sums[b];\n", "      sum += 0 * b;\n"),
     ]}),

@@ -14,6 +14,10 @@
 set -u
 NCU=()
 NCU_FULL=()
+# The grid backward's cases: row counts that do not fill the last group of
+# rows, and blocks that do not fill their last columns.
+GRID_CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
+GRID_TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
 cd "$(dirname "$0")"
 SET=${1:-shapes_and_registers}
 if [ "${CARRIED:-0}" = 1 ]; then
@@ -36,18 +40,14 @@ elif [ "$SET" = split_order ]; then
   # ncu on the seed shape's backward with L2 left as the kernels before left it.
   NCU=("bf16 32 262144")
 elif [ "$SET" = grid_phases ]; then
-  # Row counts that do not fill the last group of rows, and blocks that do not
-  # fill their last columns.
-  CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
-  TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
+  CHECKS=("${GRID_CHECKS[@]}")
+  TIMED=("${GRID_TIMED[@]}")
   NCU=("bf16 32 262144")
 elif [ "$SET" = stages ]; then
   # The grid backward's cases as in grid_phases, and the shared-row forward's
   # row counts that leave a cluster's second buffer empty or not filled.
-  CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080"
-          "bf16 33 262144" "bf16 67 131080" "bf16 5 262144")
-  TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144"
-         "bf16 1024 262144")
+  CHECKS=("${GRID_CHECKS[@]}" "bf16 33 262144" "bf16 67 131080" "bf16 5 262144")
+  TIMED=("${GRID_TIMED[@]}" "bf16 1024 262144")
   NCU=("bf16 32 262144")
 elif [ "$SET" = grid_costs ]; then
   # The seed shape against the same bytes in float32 and in bfloat16 rows
@@ -57,13 +57,13 @@ elif [ "$SET" = grid_costs ]; then
   NCU=("bf16 32 262144")
   NCU_FULL=("bwd bf16 32 262144" "bwd bf16 16 524288" "bwd f32 16 262144")
 elif [ "$SET" = row_sums ]; then
-  CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
-  TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
+  CHECKS=("${GRID_CHECKS[@]}")
+  TIMED=("${GRID_TIMED[@]}")
   NCU=("bf16 32 262144")
   NCU_FULL=("bwd bf16 32 262144")
 elif [ "$SET" = dw_late ]; then
-  CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
-  TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
+  CHECKS=("${GRID_CHECKS[@]}")
+  TIMED=("${GRID_TIMED[@]}")
   NCU=("bf16 32 262144")
 elif [ "$SET" = cluster_exit ]; then
   # Every kernel of clustered teams: the shared-row forward, the cluster
