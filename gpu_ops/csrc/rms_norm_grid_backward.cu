@@ -251,7 +251,7 @@ std::optional<ffi::Error> TryGridBackward(cudaStream_t stream,
                   static_cast<T*>(b.dw.untyped_data()),
                   static_cast<float*>(b.partials.untyped_data()), rows,
                   row_vectors, columns, rows_per_thread,
-                  static_cast<float>(1.0 / static_cast<double>(g.row_length))),
+                  Reciprocal(g.row_length)),
               "launching the grid backward kernel");
         }
         return std::nullopt;
