@@ -200,9 +200,6 @@ __device__ void LeaveCluster() {
 // over a cluster (kClustered, s.cluster > 1) then add up the blocks' sums.
 // (Kernels for teams of one block leave the cluster code out: about a third
 // fewer instructions.)
-// Teams of at most this many warps add up their warp sums lane by lane.
-constexpr int kFewWarps = 4;
-
 template <bool kClustered>
 __device__ float TeamSum(float v, const Shape& s, const Place& at,
                          TeamSumSlots& slots, unsigned& calls) {
@@ -226,17 +223,8 @@ __device__ float TeamSum(float v, const Shape& s, const Place& at,
   }
   const int team_warps = s.team / kWarpSize;
   const int first = at.team * team_warps;
-  float total = 0;
-  if (team_warps <= kFewWarps) {
-    // Every lane reads the few sums (one broadcast each) and adds them up,
-    // in half the instructions of a second warp sum.
-#pragma unroll
-    for (int i = 0; i < kFewWarps; ++i) {
-      if (i < team_warps) total += slots.warps[half][first + i];
-    }
-  } else {
-    total = WarpSum(lane < team_warps ? slots.warps[half][first + lane] : 0.0f);
-  }
+  float total =
+      WarpSum(lane < team_warps ? slots.warps[half][first + lane] : 0.0f);
   if constexpr (kClustered) {
     total = ClusterSum(total, s.cluster, at.rank, slots, calls);
   }
