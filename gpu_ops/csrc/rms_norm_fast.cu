@@ -314,8 +314,8 @@ __device__ void StoreBlockPartials(float (&dw)[kVectors][P::kSize],
 }
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
-// Team i of the grid takes the rows of segment i (every num_partials-th row
-// from row i, streaming in through two rings, for dy and x) and adds up their weight
+// Team i of the grid takes the rows of segment i (rows_per_partial of them,
+// streaming in through two rings, for dy and x) and adds up their weight
 // gradient; each block (or cluster) writes its teams' sum to row b of
 // `partials`, b the block's (or cluster's) index.
 template <typename T, int kVectors, bool kClustered>
@@ -335,22 +335,19 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const Place at = ThreadPlace(shape);
   const int64_t segment =
       int64_t{blockIdx.x / shape.cluster} * shape.teams + at.team;
-  // Team s takes rows s, s + num_partials, s + 2 * num_partials, ...: the
-  // teams at work at any one time read neighbouring rows. A team past the
-  // last segment takes none.
-  const bool has_rows = segment < num_partials;
-  const int64_t first = has_rows ? segment : 0;
+  // The segment's rows that exist: none for a team past the last segment.
+  const int64_t begin =
+      segment < num_partials ? segment * rows_per_partial : 0;
   const int count =
-      has_rows ? static_cast<int>(std::min<int64_t>(
-                     (rows - first + num_partials - 1) / num_partials,
-                     rows_per_partial))
-               : 0;
-  // Row i of the team's starts i * stride vectors after its first.
-  const int64_t stride = num_partials * row_vectors;
-  const P* dyp = reinterpret_cast<const P*>(dy) + first * row_vectors;
-  const P* xp = reinterpret_cast<const P*>(x) + first * row_vectors;
-  P* dxp = reinterpret_cast<P*>(dx) + first * row_vectors;
-  const float* next_inv = inv_rms + first;
+      segment < num_partials
+          ? static_cast<int>(std::clamp<int64_t>(rows - begin, 0,
+                                                 rows_per_partial))
+          : 0;
+  // The segment's rows, each row_vectors vectors after the one before.
+  const P* dyp = reinterpret_cast<const P*>(dy) + begin * row_vectors;
+  const P* xp = reinterpret_cast<const P*>(x) + begin * row_vectors;
+  P* dxp = reinterpret_cast<P*>(dx) + begin * row_vectors;
+  const float* invs = inv_rms + begin;
   P* ring_slots = reinterpret_cast<P*>(ring_memory);
   const RowRing<P, kVectors> dy_ring{ring_slots};
   const RowRing<P, kVectors> x_ring{ring_slots +
@@ -358,7 +355,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   P wv[kVectors];
   LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
   for (int s = 0; s < kStages - 1; ++s) {
-    const int64_t offset = s * stride;
+    const int64_t offset = int64_t{s} * row_vectors;
     dy_ring.Start(dyp + offset, s < count, row_vectors, at, s);
     x_ring.Start(xp + offset, s < count, row_vectors, at, s);
     __pipeline_commit();
@@ -370,17 +367,16 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   // on an H200; this took its time from 35.4 to 33.1 µs, and 5 to 8% off
   // bfloat16 rows of 4,096 to 16,384 (`wsum` against `before` in
   // benchmarks/kernel_variants/h200_row_overhead.log).
-  const int64_t ahead_offset = (kStages - 1) * stride;
+  const int64_t ahead_offset = int64_t{kStages - 1} * row_vectors;
   float dw[kVectors][P::kSize] = {};
-  float inv_next = count > 0 ? *next_inv : 0.0f;  // loaded a row ahead
+  float inv_next = count > 0 ? invs[0] : 0.0f;  // loaded a row ahead
   int stage = 0;
-  int64_t offset = 0;  // of row i: i * stride
+  int64_t offset = 0;  // of row i: i * row_vectors
   // The loop runs the same number of times in every thread of the block.
-  for (int i = 0; i < rows_per_partial; ++i, offset += stride) {
+  for (int i = 0; i < rows_per_partial; ++i, offset += row_vectors) {
     const bool exists = i < count;
     const float inv = inv_next;  // 0 for a row that does not exist
-    next_inv += num_partials;
-    inv_next = i + 1 < count ? *next_inv : 0.0f;
+    inv_next = i + 1 < count ? invs[i + 1] : 0.0f;
     const int ahead_stage = stage == 0 ? kStages - 1 : stage - 1;
     const bool ahead_exists = i + kStages - 1 < count;
     dy_ring.Start(dyp + offset + ahead_offset, ahead_exists, row_vectors, at,
