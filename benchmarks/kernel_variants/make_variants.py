@@ -21,6 +21,12 @@ without the history, write the variants where it is and carry variants/.
 - cluster_exit (cluster_exit_variants.py; commit e18fba1): the run in
   h200_cluster_exit.log.
 - dw_late (dw_late_variants.py; commit 5258078): the run in h200_dw_late.log.
+- row_overhead (row_overhead_variants.py; commit cd9f8dd against 1e044c3):
+  the run in h200_row_overhead.log.
+- backward_stages (backward_stages_variants.py; commit df30876): the run in
+  h200_backward_stages.log.
+- strided_rows (strided_rows_variants.py; commit 1b0863a against df30876):
+  the run in h200_strided_rows.log.
 """
 import importlib
 import pathlib
@@ -318,11 +324,14 @@ def main():
              for path in git("ls-tree", "--name-only", "--full-tree", commit, "gpu_ops/csrc/").split()]
     out = HERE / "variants"
     shutil.rmtree(out, ignore_errors=True)
-    for name, (what, edits) in variants.items():
+    for name, (what, edits, *other) in variants.items():
+        # A variant is (what, edits) on `commit`'s files, or (what, edits,
+        # other_commit) on another commit's, to time two commits side by side.
+        files_from = other[0] if other else commit
         folder = out / name
         folder.mkdir(parents=True)
         for file_name in names:
-            text = source(commit, file_name)
+            text = source(files_from, file_name)
             for old, new in edits.get(file_name, []):
                 if text.count(old) != 1:
                     raise SystemExit(f"{name}: {file_name} holds {text.count(old)} copies of {old[:60]!r}")

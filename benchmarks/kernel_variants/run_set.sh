@@ -11,6 +11,9 @@
 #   run_set.sh profiles               the run in h200_profiles.log
 #   run_set.sh cluster_exit           the run in h200_cluster_exit.log
 #   run_set.sh dw_late                the run in h200_dw_late.log
+#   run_set.sh row_overhead           the run in h200_row_overhead.log
+#   run_set.sh backward_stages        the run in h200_backward_stages.log
+#   run_set.sh strided_rows           the run in h200_strided_rows.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -71,6 +74,21 @@ elif [ "$SET" = cluster_exit ]; then
   CHECKS=("bf16 32 262144" "bf16 67 131080" "bf16 16384 16384" "f32 16384 16384" "bf16 1001 32768")
   TIMED=("bf16 32 262144" "bf16 1024 262144" "bf16 64 131080" "bf16 16384 16384" "bf16 32768 16384"
          "f32 16384 16384" "bf16 4096 65536")
+elif [ "$SET" = row_overhead ]; then
+  # Every shape of FastBackwardKernel: teams sharing a block (rows of 1,024),
+  # a block (4,096 and 8,192) or a cluster (16,384); segments with fewer
+  # rows than the rest or none (1001, 17 and 999 rows).
+  CHECKS=("bf16 16384 1024" "bf16 1001 1024" "f32 17 4096" "bf16 999 8192" "bf16 1001 16384"
+          "f32 16384 1024" "bf16 512 4096")
+  TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384"
+         "bf16 512 4096" "f32 16384 1024" "f32 16384 16384")
+  NCU_FULL=("bwd bf16 16384 1024")
+elif [ "$SET" = backward_stages ] || [ "$SET" = strided_rows ]; then
+  # row_overhead's cases, and rows of 65,536 (the cluster forward's ring).
+  CHECKS=("bf16 16384 1024" "bf16 1001 1024" "f32 17 4096" "bf16 999 8192" "bf16 1001 16384"
+          "f32 16384 1024" "bf16 512 4096" "bf16 255 65536")
+  TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384"
+         "bf16 512 4096" "f32 16384 1024" "f32 16384 16384" "bf16 4096 65536")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
