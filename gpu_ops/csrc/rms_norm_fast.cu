@@ -336,13 +336,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int64_t segment =
       int64_t{blockIdx.x / shape.cluster} * shape.teams + at.team;
   // The segment's rows that exist: none for a team past the last segment.
-  const int64_t begin =
-      segment < num_partials ? segment * rows_per_partial : 0;
-  const int count =
-      segment < num_partials
-          ? static_cast<int>(std::clamp<int64_t>(rows - begin, 0,
-                                                 rows_per_partial))
-          : 0;
+  const bool has_segment = segment < num_partials;
+  const int64_t begin = has_segment ? segment * rows_per_partial : 0;
+  const int count = has_segment ? static_cast<int>(std::clamp<int64_t>(
+                                      rows - begin, 0, rows_per_partial))
+                                : 0;
   // The segment's rows, each row_vectors vectors after the one before.
   const P* dyp = reinterpret_cast<const P*>(dy) + begin * row_vectors;
   const P* xp = reinterpret_cast<const P*>(x) + begin * row_vectors;
