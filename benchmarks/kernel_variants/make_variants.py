@@ -27,6 +27,10 @@ without the history, write the variants where it is and carry variants/.
   h200_backward_stages.log.
 - strided_rows (strided_rows_variants.py; commit 1b0863a against df30876):
   the run in h200_strided_rows.log.
+- shared_balance (shared_balance_variants.py; commit 8bfe99f): the run in
+  h200_shared_balance.log.
+- cluster_start (cluster_start_variants.py; commit 8bfe99f): the run in
+  h200_cluster_start.log.
 """
 import importlib
 import pathlib

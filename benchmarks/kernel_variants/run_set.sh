@@ -14,6 +14,8 @@
 #   run_set.sh row_overhead           the run in h200_row_overhead.log
 #   run_set.sh backward_stages        the run in h200_backward_stages.log
 #   run_set.sh strided_rows           the run in h200_strided_rows.log
+#   run_set.sh shared_balance         the run in h200_shared_balance.log
+#   run_set.sh cluster_start          the run in h200_cluster_start.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -89,6 +91,20 @@ elif [ "$SET" = backward_stages ] || [ "$SET" = strided_rows ]; then
           "f32 16384 1024" "bf16 512 4096" "bf16 255 65536")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384"
          "bf16 512 4096" "f32 16384 1024" "f32 16384 16384" "bf16 4096 65536")
+elif [ "$SET" = shared_balance ]; then
+  # The shared-row forward: rows that leave clusters idle (5), a second row
+  # for some clusters (33), many rows (1,024), rows that do not fill the
+  # last vectors of a block (131,080).
+  CHECKS=("bf16 32 262144" "bf16 33 262144" "bf16 5 262144" "bf16 67 131080" "bf16 3 131080")
+  TIMED=("bf16 32 262144" "bf16 33 262144" "bf16 64 131080" "bf16 1024 262144")
+elif [ "$SET" = cluster_start ]; then
+  # shared_balance's cases, and every kernel of clustered teams (as in
+  # cluster_exit): the cluster forward (rows over 16,384 values) and
+  # backward (over 8,192).
+  CHECKS=("bf16 32 262144" "bf16 33 262144" "bf16 5 262144" "bf16 67 131080" "bf16 3 131080"
+          "bf16 16384 16384" "f32 16384 16384" "bf16 1001 32768" "bf16 255 65536")
+  TIMED=("bf16 32 262144" "bf16 33 262144" "bf16 64 131080" "bf16 1024 262144" "bf16 16384 16384"
+         "bf16 32768 16384" "f32 16384 16384" "bf16 4096 65536")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
