@@ -56,6 +56,25 @@ def test_plan_sizes_chains_and_calls_on_the_fastest_possible_time(nbytes):
     assert calls == 2 or (calls - 1) * chain * fastest < bench.MIN_RUN_SECONDS
 
 
+def test_chain_computes_every_steps_weight_gradient():
+    """XLA computes each step's dweight (the step adds 0 * dweight to the weight)."""
+    bench = _load("rms_norm_bench")
+    step = bench.op_functions(bench.xla_rms_norm)["fwd_bwd"][1]
+
+    def step_dropping_dweight(x, weight, dy):
+        y, _, dx = step(x, weight, dy)
+        return y, weight, dx
+
+    x = jax.numpy.ones((64, 256), jax.numpy.bfloat16)
+    weight = jax.numpy.ones((256,), jax.numpy.bfloat16)
+
+    def reductions(fn):
+        return bench.chained(fn, 3).lower(x, weight, x).compile().as_text().count(" reduce(")
+
+    # dropped, each step's dweight is dead code; kept, it is one more reduction a step
+    assert reductions(step) == reductions(step_dropping_dweight) + 3
+
+
 MULTI_FIELDS = {"device", "jax_version", "commit", "date", "dtype", "rows", "row_len",
                 "num_devices", "variant", "op", "median_us"}
 
