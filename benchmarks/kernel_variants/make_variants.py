@@ -31,6 +31,8 @@ without the history, write the variants where it is and carry variants/.
   h200_shared_balance.log.
 - cluster_start (cluster_start_variants.py; commit 8bfe99f): the run in
   h200_cluster_start.log.
+- weight_sum (weight_sum_variants.py; commit a96b604): the run in
+  h200_weight_sum.log.
 """
 import importlib
 import pathlib

@@ -16,6 +16,7 @@
 #   run_set.sh strided_rows           the run in h200_strided_rows.log
 #   run_set.sh shared_balance         the run in h200_shared_balance.log
 #   run_set.sh cluster_start          the run in h200_cluster_start.log
+#   run_set.sh weight_sum             the run in h200_weight_sum.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -105,6 +106,12 @@ elif [ "$SET" = cluster_start ]; then
           "bf16 16384 16384" "f32 16384 16384" "bf16 1001 32768" "bf16 255 65536")
   TIMED=("bf16 32 262144" "bf16 33 262144" "bf16 64 131080" "bf16 1024 262144" "bf16 16384 16384"
          "bf16 32768 16384" "f32 16384 16384" "bf16 4096 65536")
+elif [ "$SET" = weight_sum ]; then
+  # The backwards whose grid a GPU holds at once (rows of 1,024, the small
+  # batch), against rows whose grid it does not.
+  CHECKS=("bf16 16384 1024" "bf16 512 4096" "bf16 1001 1024" "f32 17 4096" "f32 16384 1024" "bf16 999 8192"
+          "bf16 3 1024")
+  TIMED=("bf16 16384 1024" "bf16 32768 1024" "f32 16384 1024" "bf16 512 4096" "f32 512 4096" "bf16 16384 4096")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
