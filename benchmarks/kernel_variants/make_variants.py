@@ -33,6 +33,8 @@ without the history, write the variants where it is and carry variants/.
   h200_cluster_start.log.
 - weight_sum (weight_sum_variants.py; commit a96b604): the run in
   h200_weight_sum.log.
+- split_reverse (split_reverse_variants.py; commit 2ac71a9): the runs in
+  h200_split_reverse.log.
 """
 import importlib
 import pathlib

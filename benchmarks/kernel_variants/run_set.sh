@@ -17,6 +17,7 @@
 #   run_set.sh shared_balance         the run in h200_shared_balance.log
 #   run_set.sh cluster_start          the run in h200_cluster_start.log
 #   run_set.sh weight_sum             the run in h200_weight_sum.log
+#   run_set.sh split_reverse          part 2 of h200_split_reverse.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -112,6 +113,11 @@ elif [ "$SET" = weight_sum ]; then
   CHECKS=("bf16 16384 1024" "bf16 512 4096" "bf16 1001 1024" "f32 17 4096" "f32 16384 1024" "bf16 999 8192"
           "bf16 3 1024")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "f32 16384 1024" "bf16 512 4096" "f32 512 4096" "bf16 16384 4096")
+elif [ "$SET" = split_reverse ]; then
+  # Every case of the split-row kernels: float32 rows of 262,144 (forward and,
+  # beyond the grid backward, backward) and bfloat16 rows of 524,288.
+  CHECKS=("f32 32 262144" "f32 33 262144" "bf16 16 524288" "bf16 7 1000000" "f32 17 131080")
+  TIMED=("f32 32 262144" "f32 128 262144" "bf16 16 524288" "bf16 24 524288" "bf16 64 524288")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
