@@ -136,6 +136,10 @@ def op_functions(impl):
 
     def fwd_bwd(x, weight, dy):
         y, pullback = jax.vjp(impl, x, weight)
+        # In a network dy comes from the layers after this one, so it only
+        # exists once y does. The barrier makes that so here: without it, XLA
+        # computed the backward's row sums in the forward's pass over x.
+        y, dy = jax.lax.optimization_barrier((y, dy))
         return (y, *pullback(dy))
 
     def fwd_step(x, weight, dy):

@@ -75,6 +75,19 @@ def test_chain_computes_every_steps_weight_gradient():
     assert reductions(step) == reductions(step_dropping_dweight) + 3
 
 
+def test_backward_reads_dy_only_after_the_forward():
+    """The cotangent reaches the backward through a barrier with y, as in a network."""
+    bench = _load("rms_norm_bench")
+    fwd_bwd = bench.op_functions(bench.xla_rms_norm)["fwd_bwd"][0]
+    x = jax.numpy.ones((8, 128), jax.numpy.float32)
+    jaxpr = jax.make_jaxpr(fwd_bwd)(x, x[0], x).jaxpr.eqns[0].params["jaxpr"].jaxpr
+    dy = jaxpr.invars[2]
+    users = [eqn for eqn in jaxpr.eqns if dy in eqn.invars]
+    assert [eqn.primitive.name for eqn in users] == ["optimization_barrier"]
+    # the forward's y is the barrier's other operand
+    assert len(users[0].invars) == 2 and users[0].invars[1] is dy
+
+
 MULTI_FIELDS = {"device", "jax_version", "commit", "date", "dtype", "rows", "row_len",
                 "num_devices", "variant", "op", "median_us"}
 
