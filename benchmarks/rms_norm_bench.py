@@ -5,7 +5,9 @@
 Each case is timed on one device, in one run, for each implementation:
 gpu_ops' default (fast) kernels, the seed's apex-derived kernels (on a GPU)
 and XLA's fused jax.numpy version; forward alone ("fwd") and forward +
-backward through jax.vjp with a random cotangent ("fwd_bwd").
+backward through jax.vjp with a random cotangent ("fwd_bwd"). The cotangent
+reaches the backward through an optimisation barrier together with the
+forward's output: in a network it exists only once y does.
 
 Timing is on the device: one jitted call chains applications of the op
 (each one's outputs are the next one's inputs, so none can be skipped or
