@@ -19,6 +19,7 @@
 #define BENCH_GRID_BACKWARD 0
 #endif
 #include "cuda_scratch.h"
+#include "event_timing.cuh"
 #include <cstdio>
 #include <vector>
 #include <algorithm>
@@ -67,20 +68,6 @@ double HostUs(std::function<void()> f) {
 }
 
 __global__ void Empty() {}
-
-double TimeUs(std::function<void()> f) {
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  for (int i = 0; i < 5; ++i) f();
-  std::vector<float> t;
-  for (int r = 0; r < 21; ++r) {
-    cudaEventRecord(a);
-    for (int i = 0; i < 20; ++i) f();
-    cudaEventRecord(b); cudaEventSynchronize(b);
-    float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms * 1000 / 20);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 int main(int argc, char** argv) {
   const char* label = argc > 1 ? argv[1] : "?";

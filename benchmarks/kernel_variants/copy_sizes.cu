@@ -1,23 +1,15 @@
 // Copy bandwidth by size: cudaMemcpyAsync device to device and a 16-byte
 // grid-stride copy kernel, 20 back-to-back copies per CUDA-event pair,
-// median of 21. GB/s counts read + write.
+// median of 21 (event_timing.cuh). GB/s counts read + write.
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <vector>
+
+#include "event_timing.cuh"
 __global__ void Copy(const uint4* __restrict__ a, uint4* __restrict__ b, size_t n) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) b[i] = a[i];
-}
-double TimeUs(std::function<void()> f) {
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  for (int i = 0; i < 5; ++i) f();
-  std::vector<float> t;
-  for (int r = 0; r < 21; ++r) {
-    cudaEventRecord(a); for (int i = 0; i < 20; ++i) f(); cudaEventRecord(b); cudaEventSynchronize(b);
-    float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms * 1000 / 20);
-  }
-  std::sort(t.begin(), t.end()); return t[t.size() / 2];
 }
 int main() {
   int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
