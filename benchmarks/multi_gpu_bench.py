@@ -16,7 +16,8 @@ variant runs the forward ("fwd") and forward + backward ("fwd_bwd") step:
   shard_map is not supported by gpu_ops yet, see the sharding chapter, so the
   step computes its VJP per device, inside the shard_map.)
 
-Each step's outputs keep the input's row sharding, so every step of the chain
+As in rms_norm_bench.py, the backward gets dy only once y exists
+(`dy_after_y`). Each step's outputs keep the input's row sharding, so every step of the chain
 starts from sharded data. Timing as in rms_norm_bench.py: a jitted chain of
 steps, run back to back, median of `repeats` runs. Weak-scaling efficiency is
 the step time on 1 device over the step time on n devices.
@@ -46,7 +47,7 @@ import gpu_ops  # noqa: E402
 from gpu_ops.primitives import rms_norm_bwd_shard_p, rms_norm_fwd_shard_p  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from rms_norm_bench import commit, device_slug, per_op_seconds  # noqa: E402
+from rms_norm_bench import commit, device_slug, dy_after_y, per_op_seconds  # noqa: E402
 
 EPS = 1e-5
 
@@ -57,12 +58,14 @@ def naive_fwd(x, weight):
 
 def naive_fwd_bwd(x, weight, dy):
     y, inv_rms = rms_norm_fwd_shard_p.bind(x, weight, eps=EPS)
+    y, dy = dy_after_y(y, dy)
     dx, dweight = rms_norm_bwd_shard_p.bind(dy, inv_rms, x, weight, eps=EPS)
     return y, dx, dweight
 
 
 def partitioned_fwd_bwd(x, weight, dy):
     y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    y, dy = dy_after_y(y, dy)
     return (y, *pullback(dy))
 
 

@@ -130,6 +130,17 @@ def copy_gbps(device_bytes, calls, repeats):
     return 2 * x.nbytes / seconds / 1e9
 
 
+def dy_after_y(y, dy):
+    """(y, dy) such that the backward can read dy only once y exists.
+
+    In a network dy comes from the layers after this one, so it only exists
+    once y does. The optimisation barrier makes that so in the benchmark:
+    without it, XLA computed the backward's row sums in the forward's pass
+    over x (results/nvidia-h200_xla_fusions.log).
+    """
+    return jax.lax.optimization_barrier((y, dy))
+
+
 def op_functions(impl):
     """The two ops, as (what is checked, one step of the timed chain)."""
     def fwd(x, weight, dy):
@@ -138,10 +149,7 @@ def op_functions(impl):
 
     def fwd_bwd(x, weight, dy):
         y, pullback = jax.vjp(impl, x, weight)
-        # In a network dy comes from the layers after this one, so it only
-        # exists once y does. The barrier makes that so here: without it, XLA
-        # computed the backward's row sums in the forward's pass over x.
-        y, dy = jax.lax.optimization_barrier((y, dy))
+        y, dy = dy_after_y(y, dy)
         return (y, *pullback(dy))
 
     def fwd_step(x, weight, dy):

@@ -75,14 +75,28 @@ def test_chain_computes_every_steps_weight_gradient():
     assert reductions(step) == reductions(step_dropping_dweight) + 3
 
 
-def test_backward_reads_dy_only_after_the_forward():
-    """The cotangent reaches the backward through a barrier with y, as in a network."""
-    bench = _load("rms_norm_bench")
-    fwd_bwd = bench.op_functions(bench.xla_rms_norm)["fwd_bwd"][0]
+def _users_of_dy(fwd_bwd):
+    """The equations of fwd_bwd(x, weight, dy)'s jaxpr that read dy."""
     x = jax.numpy.ones((8, 128), jax.numpy.float32)
-    jaxpr = jax.make_jaxpr(fwd_bwd)(x, x[0], x).jaxpr.eqns[0].params["jaxpr"].jaxpr
+    jaxpr = jax.make_jaxpr(fwd_bwd)(x, x[0], x).jaxpr
+    if jaxpr.eqns[0].primitive.name == "jit":  # a jitted function: its body
+        jaxpr = jaxpr.eqns[0].params["jaxpr"].jaxpr
     dy = jaxpr.invars[2]
-    users = [eqn for eqn in jaxpr.eqns if dy in eqn.invars]
+    return dy, [eqn for eqn in jaxpr.eqns if dy in eqn.invars]
+
+
+@pytest.mark.parametrize("harness", ["rms_norm_bench", "multi_gpu_bench naive",
+                                     "multi_gpu_bench custom_partitioning"])
+def test_backward_reads_dy_only_after_the_forward(harness):
+    """The cotangent reaches the backward through a barrier with y, as in a network."""
+    if harness == "rms_norm_bench":
+        bench = _load("rms_norm_bench")
+        fwd_bwd = bench.op_functions(bench.xla_rms_norm)["fwd_bwd"][0]
+    else:  # the shard_map variant runs custom_partitioning's function per device
+        bench = _load("multi_gpu_bench")
+        fwd_bwd = {"naive": bench.naive_fwd_bwd,
+                   "custom_partitioning": bench.partitioned_fwd_bwd}[harness.split()[1]]
+    dy, users = _users_of_dy(fwd_bwd)
     assert [eqn.primitive.name for eqn in users] == ["optimization_barrier"]
     # the forward's y is the barrier's other operand
     assert len(users[0].invars) == 2 and users[0].invars[1] is dy
