@@ -17,10 +17,11 @@ variant runs the forward ("fwd") and forward + backward ("fwd_bwd") step:
   step computes its VJP per device, inside the shard_map.)
 
 As in rms_norm_bench.py, the backward gets dy only once y exists
-(`dy_after_y`). Each step's outputs keep the input's row sharding, so every step of the chain
-starts from sharded data. Timing as in rms_norm_bench.py: a jitted chain of
-steps, run back to back, median of `repeats` runs. Weak-scaling efficiency is
-the step time on 1 device over the step time on n devices.
+(`dy_after_y`). Each step's outputs keep the input's row sharding, so every
+step of the chain starts from sharded data. Timing as in rms_norm_bench.py:
+a jitted chain of steps, run back to back, median of `repeats` runs.
+Weak-scaling efficiency is the step time on 1 device over the step time on n
+devices.
 
 On a machine without a GPU it runs small sizes on the virtual CPU devices
 and says so: the numbers show the method, not the GPUs' speed.
