@@ -35,6 +35,8 @@ without the history, write the variants where it is and carry variants/.
   h200_weight_sum.log.
 - split_reverse (split_reverse_variants.py; commit 2ac71a9): the runs in
   h200_split_reverse.log.
+- row_blocks (row_blocks_variants.py; commit c5fab36): the run in
+  h100_row_blocks.log.
 """
 import importlib
 import pathlib

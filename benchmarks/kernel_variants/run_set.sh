@@ -18,6 +18,7 @@
 #   run_set.sh cluster_start          the run in h200_cluster_start.log
 #   run_set.sh weight_sum             the run in h200_weight_sum.log
 #   run_set.sh split_reverse          part 2 of h200_split_reverse.log
+#   run_set.sh row_blocks             the run in h100_row_blocks.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -118,6 +119,14 @@ elif [ "$SET" = split_reverse ]; then
   # beyond the grid backward, backward) and bfloat16 rows of 524,288.
   CHECKS=("f32 32 262144" "f32 33 262144" "bf16 16 524288" "bf16 7 1000000" "f32 17 131080")
   TIMED=("f32 32 262144" "f32 128 262144" "bf16 16 524288" "bf16 24 524288" "bf16 64 524288")
+elif [ "$SET" = row_blocks ]; then
+  # Every forward of rows a block holds: teams that do not fill their last
+  # vectors (16,376 and 8,200 values), odd row counts, 1024-thread blocks in
+  # both dtypes, the small batch.
+  CHECKS=("bf16 999 16384" "bf16 1001 16376" "bf16 77 8200" "f32 1001 16384" "bf16 1001 1024" "f32 17 4100"
+          "bf16 512 4096" "f32 512 4096")
+  TIMED=("bf16 16384 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384" "bf16 32768 1024"
+         "bf16 32768 16384" "bf16 512 4096" "f32 16384 1024" "f32 16384 8192" "f32 16384 16384" "f32 512 4096")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")

@@ -13,8 +13,8 @@
 //   one row of partial sums, and a small kernel adds the partial rows;
 // - loads stay in flight: in the forward of rows a block holds, each
 //   thread loads its vectors of several rows into registers at once
-//   (FastForwardKernel; blocks that fill an SM load their next rows while
-//   they write the current ones, PrefetchForwardKernel); where a row takes
+//   (FastForwardKernel; blocks of 1024 threads take one row each and fit
+//   two to an SM, RowForwardKernel); where a row takes
 //   a cluster, and in the backward, rows stream into a ring of shared-memory
 //   slots by asynchronous copies (cp.async), two rows ahead of the one a
 //   team works on, and each team works through many rows;
@@ -181,49 +181,56 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 // [forward-kernel-end]
 
-// FastForwardKernel for blocks of more than 512 threads. At the registers
-// these kernels use (40 to 64 per thread), an SM holds one such block, so
-// while it adds up and writes its rows no loads are in flight. Here a grid
-// of as many blocks as run at once works through groups of kRows rows
-// (group b, b + gridDim.x, ...), and each thread loads its vectors of the
-// next group before it adds up and writes the current one. The weight is
-// loaded again for each group (from L1 or L2), which leaves the registers to
-// the two groups. On an H200 this took the bfloat16 forward of 16384 x 16384
-// from 287 to 271 µs, with one row per group in place of FastForwardKernel's
-// two; for blocks of at most 512 threads, and for float32 rows of 16,384
-// (one row per block already), it was slower
-// (benchmarks/kernel_variants/h200_overlap.log, pfw1).
-template <typename T, int kVectors, int kRows>
-__global__ void __launch_bounds__(kMaxThreads)
-    PrefetchForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
-                          T* __restrict__ y, float* __restrict__ inv_rms,
-                          int64_t rows, int row_vectors, float row_length,
-                          float eps) {
+// The forward of one row per block, for blocks of more than 512 threads
+// (16-bit rows of 16,384). FastForwardKernel's two rows of 1024 threads take
+// up to 64 registers a thread, so an SM would hold one such block, and while
+// it waits at its barrier nothing loads. Here a thread keeps only its
+// vectors of x, and loads each vector of the weight (from L1 or L2) just
+// before the store that needs it: at most 32 registers, so an SM holds two
+// blocks, and one block's loads run while the other adds up and writes. On
+// an H100 (CUDA events) the bfloat16 forward of 16384 x 16384 went from 384
+// to 358 µs, 93% to 100% of the copy bandwidth, against a grid of one block
+// per SM that loaded each next row ahead; for smaller blocks it changed
+// nothing, and float32 rows of 16,384 (4 vectors a thread) were 1% slower
+// (benchmarks/kernel_variants/h100_row_blocks.log, rowbig against base).
+template <typename T, int kVectors>
+__global__ void __launch_bounds__(kMaxThreads, 2)
+    RowForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+                     T* __restrict__ y, float* __restrict__ inv_rms,
+                     int row_vectors, float row_length, float eps) {
   using P = Pack<T>;
-  // Alternate groups use alternate halves: one barrier per group.
-  __shared__ float warp_sums[2][kRows][kMaxThreads / kWarpSize];
+  __shared__ float warp_sums[kMaxThreads / kWarpSize];
   const Place at{0, 0, static_cast<int>(threadIdx.x),
                  static_cast<int>(blockDim.x)};
-  const P* xp = reinterpret_cast<const P*>(x);
-  const int64_t groups = (rows + kRows - 1) / kRows;
-  int64_t group = blockIdx.x;
-  P xv[kRows][kVectors];
-  LoadRows(xp, group * kRows, rows, row_vectors, at, xv);
-  for (int half = 0; group < groups; group += gridDim.x, half ^= 1) {
-    P next[kRows][kVectors];
-    if (group + gridDim.x < groups) {
-      LoadRows(xp, (group + gridDim.x) * kRows, rows, row_vectors, at, next);
-    }
-    P wv[kVectors];
-    LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
-    NormaliseRows(xv, wv, warp_sums[half], group * kRows, rows, row_vectors,
-                  row_length, eps, reinterpret_cast<P*>(y), inv_rms, at);
+  const int64_t row = blockIdx.x;
+  P xv[kVectors];
+  LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors, row_vectors,
+              at, xv);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const float sum_squares = WarpSum(SumSquares(xv));
+  if (lane == 0) warp_sums[warp] = sum_squares;
+  __syncthreads();
+  const int warps = blockDim.x / kWarpSize;
+  const float total = WarpSum(lane < warps ? warp_sums[lane] : 0.0f);
+  const float inv = rsqrtf(total / row_length + eps);
+  const P* wp = reinterpret_cast<const P*>(w);
+  P* yp = reinterpret_cast<P*>(y) + row * row_vectors;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+  for (int k = 0; k < kVectors; ++k) {
+    const int c = at.first + k * at.stride;
+    if (c < row_vectors) {
+      const P wk = wp[c];
+      P out;
 #pragma unroll
-      for (int k = 0; k < kVectors; ++k) xv[r][k] = next[r][k];
+      for (int e = 0; e < P::kSize; ++e) {
+        out.v[e] = Storage<T>::From(ToAcc<float>(wk.v[e]) *
+                                    (inv * ToAcc<float>(xv[k].v[e])));
+      }
+      yp[c] = out;
     }
   }
+  if (threadIdx.x == 0) inv_rms[row] = inv;
 }
 
 // The forward for rows spread over a cluster of blocks (rows too long for
@@ -510,21 +517,16 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
               float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
               const float row_length = static_cast<float>(g.row_length);
               const float epsilon = static_cast<float>(eps);
-              if constexpr (kRows > 1) {
-                // Blocks of more than 512 threads, one per SM: half the rows
-                // per group, and the next group on its way.
-                if (shape.cluster == 1 && shape.team > kMaxThreads / 2) {
-                  constexpr int kGroupRows = kRows / 2;
-                  const auto kernel =
-                      PrefetchForwardKernel<T, kVectors, kGroupRows>;
-                  const Shape block{1, shape.team, 1, kVectors};
-                  const int64_t blocks =
-                      std::min(CeilDiv(g.rows, kGroupRows),
-                               ResidentGroups(kernel, block, 0));
-                  return Launch(stream, kernel, block, blocks, 0,
-                                "launching the forward kernel", x, w, y,
-                                inv_rms, g.rows, row_vectors, row_length,
-                                epsilon);
+              // 16-bit rows in blocks of more than 512 threads: one row a
+              // block, two blocks an SM.
+              if constexpr (sizeof(T) == 2) {
+                if (shape.cluster == 1 && shape.team > kMaxThreads / 2 &&
+                    g.rows <= kMaxGrid) {
+                  RowForwardKernel<T, kVectors>
+                      <<<static_cast<unsigned>(g.rows), shape.team, 0,
+                         stream>>>(x, w, y, inv_rms, row_vectors, row_length,
+                                   epsilon);
+                  return CheckLaunch("launching the forward kernel");
                 }
               }
               // A block holds a row, and a grid covers all rows (it holds
