@@ -186,13 +186,14 @@ __global__ void __launch_bounds__(kMaxThreads)
 // up to 64 registers a thread, so an SM would hold one such block, and while
 // it waits at its barrier nothing loads. Here a thread keeps only its
 // vectors of x, and loads each vector of the weight (from L1 or L2) just
-// before the store that needs it: at most 32 registers, so an SM holds two
-// blocks, and one block's loads run while the other adds up and writes. On
-// an H100 (CUDA events) the bfloat16 forward of 16384 x 16384 went from 384
-// to 358 µs, 93% to 100% of the copy bandwidth, against a grid of one block
-// per SM that loaded each next row ahead; for smaller blocks it changed
-// nothing, and float32 rows of 16,384 (4 vectors a thread) were 1% slower
-// (benchmarks/kernel_variants/h100_row_blocks.log, rowbig against base).
+// before the store that needs it: at most 32 registers (the build fails on
+// a spill), so an SM holds two blocks, and one block's loads run while the
+// other adds up and writes. On an H100 (CUDA events) the bfloat16 forward of
+// 16384 x 16384 went from 384 to 358 µs, 93% to 100% of the copy bandwidth,
+// against a grid of one block per SM that loaded each next row ahead; float32
+// rows of 16,384 (4 vectors a thread) were 1% slower, and smaller blocks
+// gained nothing (benchmarks/kernel_variants/h100_row_blocks.log: rowbig,
+// and rowall for the smaller blocks).
 template <typename T, int kVectors>
 __global__ void __launch_bounds__(kMaxThreads, 2)
     RowForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
