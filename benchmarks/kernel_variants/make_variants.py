@@ -72,6 +72,12 @@ def source(commit, name):
     return git("show", f"{commit}:gpu_ops/csrc/{name}")
 
 
+def between(text, start, end):
+    """The text from `start` up to (not including) `end`."""
+    i = text.index(start)
+    return text[i:text.index(end, i)]
+
+
 FORWARD_CALL = """FastForwardKernel<T, kVectors, {rows}{min_blocks}>
                       <<<static_cast<unsigned>({grid}), shape.team, 0, stream>>>(
                           static_cast<const T*>(b.x.untyped_data()),

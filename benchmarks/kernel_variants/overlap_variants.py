@@ -12,18 +12,12 @@ the same with the weight reloaded per group (80 bytes), or with bfloat16
 values widened at each use by an opaque shift (104 bytes), and a backward of
 up to 2 vectors per thread for 16-bit dtypes (104 bytes).
 """
-from make_variants import COMMON, FAST, source
+from make_variants import COMMON, FAST, between, source
 
 COMMIT = "822504d"  # its kernels are those of bae9fe9
 
 
-def _between(text, start, end):
-    """The text from `start` up to (not including) `end`."""
-    i = text.index(start)
-    return text[i:text.index(end, i)]
-
-
-OLD_FORWARD = _between(source(COMMIT, FAST), "// Block b normalises kRows rows", "// [forward-kernel-end]")
+OLD_FORWARD = between(source(COMMIT, FAST), "// Block b normalises kRows rows", "// [forward-kernel-end]")
 
 PREFETCH_FORWARD = r"""// Block b normalises groups of kRows rows: group b, b + gridDim.x, ... (a
 // grid of as many blocks as run at once). Each thread loads its vectors of a

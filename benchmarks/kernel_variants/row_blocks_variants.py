@@ -6,7 +6,8 @@ threads take up to 64 registers each, so an SM holds one block, and the
 block's loads pause at its barrier (PrefetchForwardKernel loads the next
 row before it to make up for that). float32 rows of 16,384 (one 1024-thread
 block per row as well, FastForwardKernel) reach 100% on the H100.
-RowForwardKernel (below) normalises one row per block, holds only x in
+RowForwardKernel (the kernel commit 5926f00 adopted, the same code as was
+timed) normalises one row per block, holds only x in
 registers and loads each weight vector just before the store that needs it:
 ptxas fits it in 32 registers without a spill (nvcc 13.0, sm_90; float32 of
 4 vectors, 16-bit of 1 or 2), so an SM holds two blocks of 1024 threads and
@@ -15,54 +16,13 @@ one block's loads run while the other waits at its barrier.
   16,384 in every dtype);
 - `rowall`: RowForwardKernel for every row a block holds.
 """
-from make_variants import FAST
+from make_variants import FAST, between, source
 
 COMMIT = "c5fab36"
 
-ROW_FORWARD_KERNEL = r"""// One row per block, for an SM to hold two blocks of 1024 threads: each
-// thread keeps only its vectors of x in registers and loads each vector of
-// the weight just before the store that needs it (at most 32 registers).
-template <typename T, int kVectors>
-__global__ void __launch_bounds__(kMaxThreads, 2)
-    RowForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
-                     T* __restrict__ y, float* __restrict__ inv_rms,
-                     int row_vectors, float row_length, float eps) {
-  using P = Pack<T>;
-  __shared__ float warp_sums[kMaxThreads / kWarpSize];
-  const Place at{0, 0, static_cast<int>(threadIdx.x),
-                 static_cast<int>(blockDim.x)};
-  const int64_t row = blockIdx.x;
-  P xv[kVectors];
-  LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors, row_vectors,
-              at, xv);
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const float sum_squares = WarpSum(SumSquares(xv));
-  if (lane == 0) warp_sums[warp] = sum_squares;
-  __syncthreads();
-  const int warps = blockDim.x / kWarpSize;
-  const float total = WarpSum(lane < warps ? warp_sums[lane] : 0.0f);
-  const float inv = rsqrtf(total / row_length + eps);
-  const P* wp = reinterpret_cast<const P*>(w);
-  P* yp = reinterpret_cast<P*>(y) + row * row_vectors;
-#pragma unroll
-  for (int k = 0; k < kVectors; ++k) {
-    const int c = at.first + k * at.stride;
-    if (c < row_vectors) {
-      const P wk = wp[c];
-      P out;
-#pragma unroll
-      for (int e = 0; e < P::kSize; ++e) {
-        out.v[e] = Storage<T>::From(ToAcc<float>(wk.v[e]) *
-                                    (inv * ToAcc<float>(xv[k].v[e])));
-      }
-      yp[c] = out;
-    }
-  }
-  if (threadIdx.x == 0) inv_rms[row] = inv;
-}
-
-"""
+# The kernel as commit 5926f00 adopted it (its comment holds this run's figures).
+ROW_FORWARD_KERNEL = between(source("5926f00", FAST), "// The forward of one row per block",
+                             "// The forward for rows spread over a cluster of blocks")
 
 KERNEL_PLACE = "// The forward for rows spread over a cluster of blocks (rows too long for\n"
 DISPATCH_PLACE = "              if constexpr (kRows > 1) {\n"
