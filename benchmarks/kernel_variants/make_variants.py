@@ -37,6 +37,8 @@ without the history, write the variants where it is and carry variants/.
   h200_split_reverse.log.
 - row_blocks (row_blocks_variants.py; commit c5fab36): the run in
   h100_row_blocks.log.
+- wide_teams (wide_teams_variants.py; commit 055a308): the run in
+  h200_wide_teams.log.
 """
 import importlib
 import pathlib

@@ -19,6 +19,7 @@
 #   run_set.sh weight_sum             the run in h200_weight_sum.log
 #   run_set.sh split_reverse          part 2 of h200_split_reverse.log
 #   run_set.sh row_blocks             the run in h100_row_blocks.log
+#   run_set.sh wide_teams             the run in h200_wide_teams.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -127,6 +128,15 @@ elif [ "$SET" = row_blocks ]; then
           "bf16 512 4096" "f32 512 4096")
   TIMED=("bf16 16384 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384" "bf16 32768 1024"
          "bf16 32768 16384" "bf16 512 4096" "f32 16384 1024" "f32 16384 8192" "f32 16384 16384" "f32 512 4096")
+elif [ "$SET" = wide_teams ]; then
+  # Every backward whose teams share a block: rows of 1,024 and 2,048 values
+  # (8 teams of 128 or 256 threads in the variants), bfloat16 rows of 4,096
+  # (2 of 512), segments with fewer rows than the rest or none (1001, 17 and
+  # 3 rows), and teams of 64 threads (rows of 512), which stay as they were.
+  CHECKS=("bf16 16384 1024" "bf16 1001 1024" "bf16 3 1024" "f32 1001 1024" "bf16 999 2048" "f32 17 4096"
+          "bf16 1001 4096" "bf16 512 4096" "bf16 1001 512")
+  TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 2048" "bf16 16384 4096" "bf16 32768 4096"
+         "bf16 512 4096" "f32 16384 1024" "f32 16384 4096" "f32 512 4096")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
