@@ -1,6 +1,7 @@
 """Benchmark RMS norm implementations against XLA and the copy bandwidth.
 
     python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N] [--row-len N ...]
+                                        [--impl NAME ...]
 
 Each case is timed on one device, in one run, for each implementation:
 gpu_ops' default (fast) kernels, the seed's apex-derived kernels (on a GPU)
@@ -164,8 +165,12 @@ def op_functions(impl):
     return {"fwd": (jax.jit(fwd), fwd_step), "fwd_bwd": (jax.jit(fwd_bwd), fwd_bwd_step)}
 
 
-def run(cases, calls, repeats, copy_bytes, on_gpu, out):
-    """Measure every case; rewrite `out` after each one, so a cut-off run keeps its data."""
+def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None):
+    """Measure every case; rewrite `out` after each one, so a cut-off run keeps its data.
+
+    timed_impls: the implementations to time (default: all); XLA's results
+    are the reference of the checks either way.
+    """
     device = jax.devices()[0]
     common = {
         "device": device.device_kind,
@@ -189,6 +194,8 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out):
             # function's outputs that are its inputs are copied).
             timed_args = (x, weight, dy if op == "fwd_bwd" else jnp.zeros((), dtype))
             for name, fns in functions.items():
+                if timed_impls and name not in timed_impls:
+                    continue
                 checked, step = fns[op]
                 _check(checked(x, weight, dy), expected, name, op)
                 nbytes = minimum_bytes(op, dtype, rows, row_len)
@@ -240,7 +247,11 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=2)
     parser.add_argument("--row-len", type=int, nargs="+",
                         help="only the cases of these row lengths")
+    parser.add_argument("--impl", nargs="+", choices=["gpu_ops", "apex_seed", "xla"],
+                        help="only these implementations (a partial run, not a results file)")
     args = parser.parse_args(argv)
+    if args.impl and not args.out:
+        parser.error("--impl times part of the implementations: give --out, so the results file stays whole")
     on_gpu = jax.default_backend() == "gpu"
     if not on_gpu:
         print("No GPU: running small CPU cases to show the method (not the kernels' speed).")
@@ -250,7 +261,7 @@ def main(argv=None):
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
     out = args.out or (pathlib.Path(__file__).parent / "results"
                        / f"{device_slug(jax.devices()[0].device_kind)}.json")
-    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out)
+    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl)
     print(f"wrote {len(records)} records to {out}")
 
 

@@ -33,13 +33,23 @@ def test_harness_writes_records(tmp_path):
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
-def test_harness_runs_only_the_cases_asked_for(tmp_path):
+def test_harness_runs_only_the_cases_and_implementations_asked_for(tmp_path):
     bench = _load("rms_norm_bench")
     out = tmp_path / "results.json"
     row_len = bench.CPU_CASES[-1][2]
-    bench.main(["--out", str(out), "--repeats", "1", "--calls", "1", "--row-len", str(row_len)])
+    bench.main(["--out", str(out), "--repeats", "1", "--calls", "1", "--row-len", str(row_len),
+                "--impl", "gpu_ops"])
     records = json.loads(out.read_text())
     assert records and {r["row_len"] for r in records} == {row_len}
+    assert {r["impl"] for r in records} == {"gpu_ops"}
+
+
+def test_harness_writes_a_partial_run_only_where_told(capsys):
+    """--impl without --out would overwrite the device's results file with part of a run."""
+    bench = _load("rms_norm_bench")
+    with pytest.raises(SystemExit):
+        bench.main(["--impl", "gpu_ops"])
+    assert "give --out" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("nbytes", [8 << 20, 64 << 20, 256 << 20, 4 << 30])
