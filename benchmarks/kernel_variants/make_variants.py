@@ -39,6 +39,8 @@ without the history, write the variants where it is and carry variants/.
   h100_row_blocks.log.
 - wide_teams (wide_teams_variants.py; commit 055a308): the run in
   h200_wide_teams.log.
+- split_overlap (split_overlap_variants.py; commit a4369b5): the run in
+  h200_split_overlap.log, at the JAX level (run_jax_level.sh).
 """
 import importlib
 import pathlib
