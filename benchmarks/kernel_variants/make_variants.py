@@ -41,6 +41,8 @@ without the history, write the variants where it is and carry variants/.
   h200_wide_teams.log.
 - split_overlap (split_overlap_variants.py; commit a4369b5): the run in
   h200_split_overlap.log, at the JAX level (run_jax_level.sh).
+- split_forward (split_forward_variants.py; commit 811d81a): the run in
+  h200_split_forward.log, at the JAX level (run_jax_level.sh).
 """
 import importlib
 import pathlib
