@@ -7,8 +7,8 @@
 # kernels. On a GPU machine, in the repository root; gpu_ops/csrc is put back
 # as it was at the end.
 #   benchmarks/kernel_variants/run_jax_level.sh ROW_LEN "TIMELINE_ARGS" VARIANT...
-#   e.g. ... 262144 "--dtype float32 --rows 32 --row-len 262144" base nopdl base nopdl
-#   (the run in h200_split_overlap.log, in two calls)
+#   e.g. ... 262144 "--dtype float32 --rows 32 --row-len 262144" base wlate v2 base wlate v2
+#   (the run in h200_split_forward.log; h200_split_overlap.log took the same steps)
 set -u
 row_len=$1 timeline_args=$2
 shift 2
