@@ -43,6 +43,8 @@ without the history, write the variants where it is and carry variants/.
   h200_split_overlap.log, at the JAX level (run_jax_level.sh).
 - split_forward (split_forward_variants.py; commit 811d81a): the run in
   h200_split_forward.log, at the JAX level (run_jax_level.sh).
+- bulk_ring (bulk_ring_variants.py; commit ad672bc): the run in
+  h200_bulk_ring.log.
 """
 import importlib
 import pathlib

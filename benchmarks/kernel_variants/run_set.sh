@@ -20,6 +20,7 @@
 #   run_set.sh split_reverse          part 2 of h200_split_reverse.log
 #   run_set.sh row_blocks             the run in h100_row_blocks.log
 #   run_set.sh wide_teams             the run in h200_wide_teams.log
+#   run_set.sh bulk_ring              the run in h200_bulk_ring.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -137,6 +138,13 @@ elif [ "$SET" = wide_teams ]; then
           "bf16 1001 4096" "bf16 512 4096" "bf16 1001 512")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 2048" "bf16 16384 4096" "bf16 32768 4096"
          "bf16 512 4096" "f32 16384 1024" "f32 16384 4096" "f32 512 4096")
+elif [ "$SET" = bulk_ring ]; then
+  # Parts of rows the bulk copies must cut short: 1,000 values (125 of a team's
+  # 128 vectors), 16,376 (a cluster's second block short), odd row counts.
+  CHECKS=("bf16 16384 1024" "bf16 1001 1000" "bf16 999 16376" "bf16 1001 16384" "f32 1001 4096"
+          "f32 999 16376" "bf16 512 4096" "bf16 3 1024")
+  TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 512 4096"
+         "f32 16384 1024" "f32 16384 4096")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
