@@ -45,6 +45,10 @@ without the history, write the variants where it is and carry variants/.
   h200_split_forward.log, at the JAX level (run_jax_level.sh).
 - bulk_ring (bulk_ring_variants.py; commit ad672bc): the run in
   h200_bulk_ring.log.
+- sum_start (sum_start_variants.py; commit 8f4b226): the run in
+  h200_sum_start.log.
+- cluster_inv (cluster_inv_variants.py; commit 8f4b226): the run in
+  h200_cluster_inv.log.
 """
 import importlib
 import pathlib

@@ -21,6 +21,8 @@
 #   run_set.sh row_blocks             the run in h100_row_blocks.log
 #   run_set.sh wide_teams             the run in h200_wide_teams.log
 #   run_set.sh bulk_ring              the run in h200_bulk_ring.log
+#   run_set.sh sum_start              the run in h200_sum_start.log
+#   run_set.sh cluster_inv            the run in h200_cluster_inv.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -145,6 +147,16 @@ elif [ "$SET" = bulk_ring ]; then
           "f32 999 16376" "bf16 512 4096" "bf16 3 1024")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 512 4096"
          "f32 16384 1024" "f32 16384 4096")
+elif [ "$SET" = sum_start ]; then
+  CHECKS=("bf16 16384 1024" "bf16 1001 1024" "bf16 3 1024" "f32 1001 4096" "bf16 999 16376" "bf16 512 4096")
+  TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 512 4096"
+         "f32 16384 1024" "f32 512 4096")
+elif [ "$SET" = cluster_inv ]; then
+  # Rows that take a cluster of 2 (16,384 bfloat16 values, 16,376 with the
+  # second block short) or 4 (32,768), and rows a block holds as controls.
+  CHECKS=("bf16 999 16376" "f32 999 16376" "bf16 1001 32768" "bf16 1001 16384" "bf16 1001 1024" "f32 1001 4096")
+  TIMED=("bf16 16384 16384" "bf16 32768 16384" "f32 16384 16384" "bf16 4096 32768" "bf16 16384 8192"
+         "bf16 16384 4096" "bf16 16384 1024" "bf16 512 4096")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
