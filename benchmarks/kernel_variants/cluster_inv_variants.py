@@ -8,21 +8,19 @@ blocks a row) from 449 to 424 µs, but the backwards of rows a block holds
   row ahead otherwise.
 """
 from make_variants import FAST
+from sum_start_variants import INV_AHEAD, INV_FIRST
 
 COMMIT = "8f4b226"
 
 VARIANTS = {
     "base": ("the kernels of 8f4b226 (those of 5926f00)", {}),
     "inv2c": ("inv_rms loaded two rows ahead in the cluster backward", {FAST: [
-        ("  float inv_next = count > 0 ? invs[0] : 0.0f;  // loaded a row ahead\n",
-         "  float inv_next = count > 0 ? invs[0] : 0.0f;  // loaded a row ahead\n"
-         "  float inv_after = kClustered && count > 1 ? invs[1] : 0.0f;  // two\n"),
-        ("    inv_next = i + 1 < count ? invs[i + 1] : 0.0f;\n",
+        (INV_FIRST,
+         INV_FIRST + "  float inv_after = kClustered && count > 1 ? invs[1] : 0.0f;  // two\n"),
+        (INV_AHEAD,
          "    if constexpr (kClustered) {\n"
          "      inv_next = inv_after;\n"
          "      inv_after = i + 2 < count ? invs[i + 2] : 0.0f;\n"
-         "    } else {\n"
-         "      inv_next = i + 1 < count ? invs[i + 1] : 0.0f;\n"
-         "    }\n"),
+         "    } else {\n  " + INV_AHEAD + "    }\n"),
     ]}),
 }

@@ -148,6 +148,8 @@ elif [ "$SET" = bulk_ring ]; then
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 512 4096"
          "f32 16384 1024" "f32 16384 4096")
 elif [ "$SET" = sum_start ]; then
+  # Segments with fewer rows than the rest or none (1001 and 3 rows), a
+  # cluster's second block short (16,376), and the small batch.
   CHECKS=("bf16 16384 1024" "bf16 1001 1024" "bf16 3 1024" "f32 1001 4096" "bf16 999 16376" "bf16 512 4096")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 16384" "bf16 512 4096"
          "f32 16384 1024" "f32 512 4096")

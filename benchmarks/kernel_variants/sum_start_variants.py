@@ -11,16 +11,19 @@ from make_variants import FAST
 
 COMMIT = "8f4b226"
 
+# The lines that load a row's inv_rms: before the loop, and a row ahead in it.
+INV_FIRST = "  float inv_next = count > 0 ? invs[0] : 0.0f;  // loaded a row ahead\n"
+INV_AHEAD = "    inv_next = i + 1 < count ? invs[i + 1] : 0.0f;\n"
 START_SUM = "  StartNextKernel();  // the weight-gradient sum (SumPartials)\n"
 SEGMENT = "  const int64_t segment =\n      int64_t{blockIdx.x / shape.cluster} * shape.teams + at.team;\n"
 
 VARIANTS = {
     "base": ("the kernels of 8f4b226 (those of 5926f00)", {}),
     "inv2": ("inv_rms loaded two rows ahead", {FAST: [
-        ("  float inv_next = count > 0 ? invs[0] : 0.0f;  // loaded a row ahead\n",
+        (INV_FIRST,
          "  float inv_next = count > 0 ? invs[0] : 0.0f;  // loaded two rows ahead\n"
          "  float inv_after = count > 1 ? invs[1] : 0.0f;\n"),
-        ("    inv_next = i + 1 < count ? invs[i + 1] : 0.0f;\n",
+        (INV_AHEAD,
          "    inv_next = inv_after;\n    inv_after = i + 2 < count ? invs[i + 2] : 0.0f;\n"),
     ]}),
     "early": ("SumPartials allowed to start once every block has started", {FAST: [
