@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     __pipeline_commit();
   }
   // The bookkeeping of a row is kept small: 32-bit row counts and stages,
-  // pointers set once per segment, inv_rms loaded a row ahead, and the row
+  // pointers set once per segment, inv_rms loaded ahead, and the row
   // length's inverse multiplied rather than divided by. The bfloat16
   // backward of 16384 x 1024 had issued an instruction in 68% of its cycles
   // on an H200; this took its time from 35.4 to 33.1 µs, and 5 to 8% off
@@ -375,14 +375,24 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   // benchmarks/kernel_variants/h200_row_overhead.log).
   const int64_t ahead_offset = int64_t{kStages - 1} * row_vectors;
   float dw[kVectors][P::kSize] = {};
-  float inv_next = count > 0 ? invs[0] : 0.0f;  // loaded a row ahead
+  // Where a row takes a cluster, inv_rms is loaded two rows ahead: the
+  // bfloat16 backward of 16384 x 16,384 went from 448 to 424 µs on an H200.
+  // Rows a block holds stay one row ahead; two made them 1 to 2% slower
+  // (benchmarks/kernel_variants/h200_sum_start.log, h200_cluster_inv.log).
+  float inv_next = count > 0 ? invs[0] : 0.0f;
+  float inv_after = kClustered && count > 1 ? invs[1] : 0.0f;
   int stage = 0;
   int64_t offset = 0;  // of row i: i * row_vectors
   // The loop runs the same number of times in every thread of the block.
   for (int i = 0; i < rows_per_partial; ++i, offset += row_vectors) {
     const bool exists = i < count;
     const float inv = inv_next;  // 0 for a row that does not exist
-    inv_next = i + 1 < count ? invs[i + 1] : 0.0f;
+    if constexpr (kClustered) {
+      inv_next = inv_after;
+      inv_after = i + 2 < count ? invs[i + 2] : 0.0f;
+    } else {
+      inv_next = i + 1 < count ? invs[i + 1] : 0.0f;
+    }
     const int ahead_stage = stage == 0 ? kStages - 1 : stage - 1;
     const bool ahead_exists = i + kStages - 1 < count;
     dy_ring.Start(dyp + offset + ahead_offset, ahead_exists, row_vectors, at,
