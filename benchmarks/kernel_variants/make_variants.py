@@ -49,6 +49,8 @@ without the history, write the variants where it is and carry variants/.
   h200_sum_start.log.
 - cluster_inv (cluster_inv_variants.py; commit 8f4b226): the run in
   h200_cluster_inv.log.
+- two_vectors (two_vectors_variants.py; commit 7400bb2): the run in
+  h200_two_vectors.log.
 """
 import importlib
 import pathlib
