@@ -14,6 +14,7 @@ threads:
 - `v2t8`: eight teams to a block of 512 threads (128 blocks for 16384 x
   1,024, one an SM);
 - `v2t4`: four teams to a block of 256 threads (256 blocks, as now).
+Both were slower (see the README); not adopted.
 """
 from make_variants import FAST
 
