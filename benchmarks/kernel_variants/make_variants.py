@@ -51,6 +51,8 @@ without the history, write the variants where it is and carry variants/.
   h200_cluster_inv.log.
 - two_vectors (two_vectors_variants.py; commit 7400bb2): the run in
   h200_two_vectors.log.
+- short_rows (short_rows_variants.py; commit dea768f): the run in
+  h200_short_rows.log.
 """
 import importlib
 import pathlib

@@ -24,6 +24,7 @@
 #   run_set.sh sum_start              the run in h200_sum_start.log
 #   run_set.sh cluster_inv            the run in h200_cluster_inv.log
 #   run_set.sh two_vectors            the run in h200_two_vectors.log
+#   run_set.sh short_rows             the run in h200_short_rows.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -160,9 +161,10 @@ elif [ "$SET" = cluster_inv ]; then
   CHECKS=("bf16 999 16376" "f32 999 16376" "bf16 1001 32768" "bf16 1001 16384" "bf16 1001 1024" "f32 1001 4096")
   TIMED=("bf16 16384 16384" "bf16 32768 16384" "f32 16384 16384" "bf16 4096 32768" "bf16 16384 8192"
          "bf16 16384 4096" "bf16 16384 1024" "bf16 512 4096")
-elif [ "$SET" = two_vectors ]; then
-  # 16-bit rows of at most 1,024 values (two vectors a thread in the
-  # variants): part-used teams (1,000, 512 and 96 values), segments with
+elif [ "$SET" = two_vectors ] || [ "$SET" = short_rows ]; then
+  # 16-bit rows of at most 1,024 values (a new shape in the variants: two
+  # vectors a thread in two_vectors' backward, one in short_rows' forward):
+  # part-used teams (1,000, 512 and 96 values), segments with
   # fewer rows than the rest or none (1001 and 3 rows); and rows that keep
   # their kernels as controls.
   CHECKS=("bf16 16384 1024" "bf16 1001 1024" "bf16 3 1024" "bf16 1001 1000" "bf16 1001 512" "bf16 70001 96"
