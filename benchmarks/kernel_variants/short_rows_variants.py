@@ -9,7 +9,8 @@ most 1,024 values take one vector a thread instead, teams of 128 threads:
 - `f1r4`: four rows to a block of 128 threads (four loads a thread, as now);
 - `f1r2`: two rows to a block (two loads a thread).
 Eight rows to a block (eight loads a thread) spilled registers under the 64
-that the kernel's bound of 1024 threads allows, and was not run.
+that the kernel's bound of 1024 threads allows, and was not run. Both run
+variants were slower (see the README); not adopted.
 """
 from make_variants import FAST
 
