@@ -1,4 +1,4 @@
-"""The kernel variants of the H200 run in h200_grid_phases.log (make_variants.py grid_phases).
+"""The kernel variants of the H200 run in part 2 of h200_grid_backward.log (make_variants.py grid_phases).
 
 Each is a copy of gpu_ops/csrc with one change to the grid backward
 (rms_norm_grid_backward.cu). Two leave out a step, so that the difference

@@ -1,4 +1,4 @@
-"""Writes one set of kernel variants: make_variants.py SET, one of those below.
+"""Writes one set of kernel variants: make_variants.py SET (the sets: below).
 
 Each variant is a copy of gpu_ops/csrc, as it was at the commit the set was
 run on, with one change, in variants/NAME/ (ignored by git); run_set.sh
@@ -6,53 +6,10 @@ builds each with bench_kernels.cu, checks its results and times it against
 `base` (that commit's kernels). The sources come from git history, so a set
 still writes what was timed after the kernels have moved on; on a machine
 without the history, write the variants where it is and carry variants/.
-- shapes_and_registers (below; commit bae9fe9): the run in
-  h200_shapes_and_registers.log. None was adopted; the README says why.
-- overlap (overlap_variants.py; commit 822504d): the run in h200_overlap.log.
-- split_order (split_order_variants.py; commit 3d1f1b3): the run in
-  h200_split_order.log.
-- grid_phases (grid_phases_variants.py; commit fb9bfb8): part 2 of
-  h200_grid_backward.log.
-- stages (stages_variants.py; commit 7426615): the run in h200_stages.log.
-- grid_costs (grid_costs_variants.py; commit 406ba48): the run in
-  h200_grid_costs.log.
-- row_sums (row_sums_variants.py; commit a238727): the run in h200_row_sums.log.
-- profiles (profiles_variants.py; commit 2c9a3a3): base alone, for ncu; h200_profiles.log.
-- cluster_exit (cluster_exit_variants.py; commit e18fba1): the run in
-  h200_cluster_exit.log.
-- dw_late (dw_late_variants.py; commit 5258078): the run in h200_dw_late.log.
-- row_overhead (row_overhead_variants.py; commit cd9f8dd against 1e044c3):
-  the run in h200_row_overhead.log.
-- backward_stages (backward_stages_variants.py; commit df30876): the run in
-  h200_backward_stages.log.
-- strided_rows (strided_rows_variants.py; commit 1b0863a against df30876):
-  the run in h200_strided_rows.log.
-- shared_balance (shared_balance_variants.py; commit 8bfe99f): the run in
-  h200_shared_balance.log.
-- cluster_start (cluster_start_variants.py; commit 8bfe99f): the run in
-  h200_cluster_start.log.
-- weight_sum (weight_sum_variants.py; commit a96b604): the run in
-  h200_weight_sum.log.
-- split_reverse (split_reverse_variants.py; commit 2ac71a9): the runs in
-  h200_split_reverse.log.
-- row_blocks (row_blocks_variants.py; commit c5fab36): the run in
-  h100_row_blocks.log.
-- wide_teams (wide_teams_variants.py; commit 055a308): the run in
-  h200_wide_teams.log.
-- split_overlap (split_overlap_variants.py; commit a4369b5): the run in
-  h200_split_overlap.log, at the JAX level (run_jax_level.sh).
-- split_forward (split_forward_variants.py; commit 811d81a): the run in
-  h200_split_forward.log, at the JAX level (run_jax_level.sh).
-- bulk_ring (bulk_ring_variants.py; commit ad672bc): the run in
-  h200_bulk_ring.log.
-- sum_start (sum_start_variants.py; commit 8f4b226): the run in
-  h200_sum_start.log.
-- cluster_inv (cluster_inv_variants.py; commit 8f4b226): the run in
-  h200_cluster_inv.log.
-- two_vectors (two_vectors_variants.py; commit 7400bb2): the run in
-  h200_two_vectors.log.
-- short_rows (short_rows_variants.py; commit dea768f): the run in
-  h200_short_rows.log.
+The sets: shapes_and_registers (below; commit bae9fe9; the run in
+h200_shapes_and_registers.log), and one per NAME_variants.py here, whose
+docstring names the log of its run and whose COMMIT the commit it edits
+(make_variants.py with an unknown SET lists them).
 """
 import importlib
 import pathlib
@@ -351,7 +308,10 @@ def main():
         module = importlib.import_module(f"{chosen}_variants")
         commit, variants = module.COMMIT, module.VARIANTS
     else:
-        raise SystemExit("usage: make_variants.py SET (shapes_and_registers, or NAME of a NAME_variants.py here)")
+        sets = "\n".join(f"  {path.name[:-len('_variants.py')]}: "
+                         f"{importlib.import_module(path.stem).__doc__.splitlines()[0]}"
+                         for path in sorted(HERE.glob("*_variants.py")))
+        raise SystemExit("usage: make_variants.py SET, one of shapes_and_registers and\n" + sets)
     names = [pathlib.PurePath(path).name
              for path in git("ls-tree", "--name-only", "--full-tree", commit, "gpu_ops/csrc/").split()]
     out = HERE / "variants"

@@ -1,4 +1,4 @@
-"""The kernel variants of the run in h200_split_forward.log (make_variants.py split_forward).
+"""The kernel variants of the run in h200_split_forward.log (make_variants.py split_forward), at the JAX level (run_jax_level.sh).
 
 In the float32 forward of the seed's shape, pass 2 of the split rows
 (ChunkForwardKernel: load a chunk of x and of the weight, add up the row's

@@ -1,4 +1,4 @@
-"""The kernel variants of the run in h200_split_overlap.log (make_variants.py split_overlap).
+"""The kernel variants of the run in h200_split_overlap.log (make_variants.py split_overlap), at the JAX level (run_jax_level.sh).
 
 The float32 forward of the seed's shape (32 rows of 262,144) is the one case
 where gpu_ops' forward is clearly behind XLA's fusion: 23.8 against 19.8 µs
