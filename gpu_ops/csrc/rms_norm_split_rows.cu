@@ -58,16 +58,24 @@ __device__ float RowTotal(const float* __restrict__ chunk_sums, int chunks) {
   return WarpSum(total);
 }
 
-// chunk_sums[row * chunks + chunk] = sum over the chunk of a * b * weight
-// (x * x * 1 for the forward: `weight` is null; dy * x * w for the backward).
+// chunk_sums[row * chunks + chunk] = sum over the chunk of a * a (kSquares,
+// the forward: `b` and `weight` are null) or a * b * weight (the backward:
+// dy * x * w). The forward loads x once: passing it as both a and b had
+// every thread load each vector twice, into twice the registers (float32: 52
+// registers against 24). On an H200 that took the bfloat16 forward of 64 rows of
+// 524,288 from 56.25 to 51.75 µs and the float32 seed shape's from 26.25 to
+// 25.6 µs (CUDA events, mean of two rounds), 23.7 to 22.8 µs at the JAX level
+// (benchmarks/kernel_variants/h200_square_once.log).
 // The chunks go last to first. In a chain of ops, x is what the op before
 // just wrote, first row to last, and the L2 keeps the last of it; pass 2
 // then reads first to last, starting with what this pass read last. On an
 // H200 this took the float32 seed shape's forward from 24.6 to 23.5 µs and
 // its forward + backward from 80.0 to 77.2 µs (JAX level), and the bfloat16
 // backward of 24 rows of 524,288 from 51.1 to 45.6 µs (CUDA events;
-// benchmarks/kernel_variants/h200_split_reverse.log).
-template <typename T, int kVectors>
+// benchmarks/kernel_variants/h200_split_reverse.log). It still does with x
+// loaded once: first to last, the float32 seed shape's forward took 29.15 µs
+// (`once_fwd` in h200_square_once.log).
+template <typename T, int kVectors, bool kSquares>
 __global__ void __launch_bounds__(kSplitThreads)
     ChunkSumsKernel(const T* __restrict__ a, const T* __restrict__ b,
                     const T* __restrict__ weight,
@@ -85,9 +93,9 @@ __global__ void __launch_bounds__(kSplitThreads)
     P av[kVectors], bv[kVectors], wv[kVectors];
     LoadVectors(reinterpret_cast<const P*>(a) + row * row_vectors, row_vectors,
                 at, av);
-    LoadVectors(reinterpret_cast<const P*>(b) + row * row_vectors, row_vectors,
-                at, bv);
-    if (weight != nullptr) {
+    if constexpr (!kSquares) {
+      LoadVectors(reinterpret_cast<const P*>(b) + row * row_vectors,
+                  row_vectors, at, bv);
       LoadVectors(reinterpret_cast<const P*>(weight), row_vectors, at, wv);
     }
     float sum = 0;
@@ -95,8 +103,12 @@ __global__ void __launch_bounds__(kSplitThreads)
     for (int k = 0; k < kVectors; ++k) {
 #pragma unroll
       for (int e = 0; e < P::kSize; ++e) {
-        const float w = weight != nullptr ? ToAcc<float>(wv[k].v[e]) : 1.0f;
-        sum += ToAcc<float>(av[k].v[e]) * ToAcc<float>(bv[k].v[e]) * w;
+        const float va = ToAcc<float>(av[k].v[e]);
+        if constexpr (kSquares) {
+          sum += va * va;
+        } else {
+          sum += va * ToAcc<float>(bv[k].v[e]) * ToAcc<float>(wv[k].v[e]);
+        }
       }
     }
     const float total = TeamSum<false>(sum, block, at, sums, calls);
@@ -197,7 +209,8 @@ struct Split {
 };
 
 // Plans the split of the rows into chunks and launches pass 1: chunk_sums =
-// the chunk sums of a * b * weight (the forward passes x, x and no weight).
+// the chunk sums of a * a (the forward: x, with b and weight null) or of
+// a * b * weight (the backward).
 // (The handlers have checked chunk_sums' dtype and length; the check here
 // keeps the kernels within it should the chunk sizes ever disagree.)
 template <typename T, int kVectors>
@@ -215,10 +228,16 @@ ffi::Error SumChunks(cudaStream_t stream, const ffi::AnyBuffer& chunk_sums,
         std::to_string(chunk_sums.element_count()) +
         " floats, the kernels need " + std::to_string(g.rows * split->chunks));
   }
-  ChunkSumsKernel<T, kVectors>
-      <<<Blocks(g.rows * split->chunks), kSplitThreads, 0, stream>>>(
-          a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
-          split->chunks);
+  const unsigned blocks = Blocks(g.rows * split->chunks);
+  if (b == nullptr) {
+    ChunkSumsKernel<T, kVectors, true><<<blocks, kSplitThreads, 0, stream>>>(
+        a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
+        split->chunks);
+  } else {
+    ChunkSumsKernel<T, kVectors, false><<<blocks, kSplitThreads, 0, stream>>>(
+        a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
+        split->chunks);
+  }
   return CheckLaunch("launching the chunk sums kernel");
 }
 
@@ -245,8 +264,8 @@ std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
         constexpr int kVectors = kVectorsOf<T, kSplitForwardValues>;
         const T* x = static_cast<const T*>(b.x.untyped_data());
         Split split;
-        if (auto err = SumChunks<T, kVectors>(stream, b.chunk_sums, g, x, x,
-                                              nullptr, &split);
+        if (auto err = SumChunks<T, kVectors>(stream, b.chunk_sums, g, x,
+                                              nullptr, nullptr, &split);
             err.failure()) {
           return err;
         }
