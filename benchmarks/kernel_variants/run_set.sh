@@ -26,6 +26,7 @@
 #   run_set.sh two_vectors            the run in h200_two_vectors.log
 #   run_set.sh short_rows             the run in h200_short_rows.log
 #   run_set.sh square_once            part 1 of h200_square_once.log
+#   run_set.sh streamed               part 1 of h200_streamed.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -121,7 +122,7 @@ elif [ "$SET" = weight_sum ]; then
   CHECKS=("bf16 16384 1024" "bf16 512 4096" "bf16 1001 1024" "f32 17 4096" "f32 16384 1024" "bf16 999 8192"
           "bf16 3 1024")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "f32 16384 1024" "bf16 512 4096" "f32 512 4096" "bf16 16384 4096")
-elif [ "$SET" = split_reverse ] || [ "$SET" = square_once ]; then
+elif [ "$SET" = split_reverse ] || [ "$SET" = square_once ] || [ "$SET" = streamed ]; then
   # Every case of the split-row kernels: float32 rows of 262,144 (forward and,
   # beyond the grid backward, backward) and bfloat16 rows of 524,288.
   CHECKS=("f32 32 262144" "f32 33 262144" "bf16 16 524288" "bf16 7 1000000" "f32 17 131080")

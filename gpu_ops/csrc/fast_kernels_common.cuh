@@ -232,28 +232,42 @@ __device__ float TeamSum(float v, const Shape& s, const Place& at,
   return total;
 }
 
+// The 16 bytes at p. With kLast (global memory only), the load is marked as
+// the op's last read of them (ld.global.cs: evict first from L1 and L2), so
+// that the lines the op then writes push them out before lines it has yet
+// to read (rms_norm_split_rows.cu).
+template <bool kLast>
+__device__ __forceinline__ uint4 LoadWords(const uint4* p) {
+  if constexpr (kLast) return __ldcs(p);
+  return *p;
+}
+
 // The vector at p if `ok`, else zeros, chosen as four 32-bit words rather
 // than value by value: on an H200 this took the seed shape's bfloat16
 // split-row forward from 18.4 to 16.2 µs
 // (benchmarks/kernel_variants/h200_cluster_sums.log, c_only against c_vz).
-template <typename P>
+template <bool kLast = false, typename P>
 __device__ __forceinline__ P VectorOrZeros(bool ok, const P* p) {
   const uint4 words =
-      ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+      ok ? LoadWords<kLast>(reinterpret_cast<const uint4*>(p))
+         : make_uint4(0, 0, 0, 0);
   P v;
   memcpy(&v, &words, sizeof(P));
   return v;
 }
 
+// For LoadVectors<kLastUse>: the op's last read of these vectors.
+constexpr bool kLastUse = true;
+
 // This thread's vectors of a row (of x, dy or the weight) that starts at
 // `row`; zeros past its end.
-template <int kVectors, typename P>
+template <bool kLast = false, int kVectors, typename P>
 __device__ void LoadVectors(const P* __restrict__ row, int row_vectors,
                             const Place& at, P (&v)[kVectors]) {
 #pragma unroll
   for (int k = 0; k < kVectors; ++k) {
     const int c = at.first + k * at.stride;
-    v[k] = VectorOrZeros(c < row_vectors, row + c);
+    v[k] = VectorOrZeros<kLast>(c < row_vectors, row + c);
   }
 }
 

@@ -23,8 +23,9 @@
 // exists for rows longer than kSplitRowsAbove only.
 // x (and dy) are read twice; when they fit in L2 (50 MB on an H100 or H200,
 // 16 MB of x for the seed's shape in bfloat16, 32 MB of x and dy in its
-// backward) the second read mostly hits it, and pass 1 reads in the reverse
-// order of pass 2 so that more of it does (ChunkSumsKernel).
+// backward) the second read mostly hits it. Pass 2 marks its loads as the
+// op's last use of those bytes, and the orders of the passes are chosen so
+// that more of it does (ChunkSumsKernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -66,15 +67,21 @@ __device__ float RowTotal(const float* __restrict__ chunk_sums, int chunks) {
 // 524,288 from 56.25 to 51.75 µs and the float32 seed shape's from 26.25 to
 // 25.6 µs (CUDA events, mean of two rounds), 23.7 to 22.8 µs at the JAX level
 // (benchmarks/kernel_variants/h200_square_once.log).
-// The chunks go last to first. In a chain of ops, x is what the op before
-// just wrote, first row to last, and the L2 keeps the last of it; pass 2
-// then reads first to last, starting with what this pass read last. On an
-// H200 this took the float32 seed shape's forward from 24.6 to 23.5 µs and
-// its forward + backward from 80.0 to 77.2 µs (JAX level), and the bfloat16
+//
+// The order of the chunks is set by what the L2 holds. In a chain of ops, a
+// and b are what the ops before just wrote, first row to last. Pass 2 reads
+// them first to last, for the last time in the op (LoadVectors<kLastUse>),
+// while it writes its result: the lines it writes push out the lines it
+// has read, not those it has yet to read. So at the JAX level the float32
+// seed shape's forward took 19.5 µs on an H200 (XLA: 19.6) and 25.2 µs on
+// an H100 (XLA: 26.4), against 22.9 and 29.0 µs with plain loads
+// (benchmarks/kernel_variants/h200_streamed.log, `cs2_fwd` against `base`).
+// The backward's pass 1 takes its chunks last to first, so that pass 2
+// starts with what pass 1 read last; on an H200 that took the bfloat16
 // backward of 24 rows of 524,288 from 51.1 to 45.6 µs (CUDA events;
-// benchmarks/kernel_variants/h200_split_reverse.log). It still does with x
-// loaded once: first to last, the float32 seed shape's forward took 29.15 µs
-// (`once_fwd` in h200_square_once.log).
+// h200_split_reverse.log), and in the forward it was 0.5 µs slower than
+// first to last once pass 2 loaded x for the last time (`cs2` in
+// h200_streamed.log).
 template <typename T, int kVectors, bool kSquares>
 __global__ void __launch_bounds__(kSplitThreads)
     ChunkSumsKernel(const T* __restrict__ a, const T* __restrict__ b,
@@ -87,7 +94,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   const Shape block{1, kSplitThreads, 1, kVectors};
   StartNextKernel();  // pass 2 loads its vectors while this pass finishes
   for (int64_t step = blockIdx.x; step < rows * chunks; step += gridDim.x) {
-    const int64_t item = rows * chunks - 1 - step;  // last to first
+    const int64_t item = kSquares ? step : rows * chunks - 1 - step;
     const int64_t row = item / chunks;
     const Place at = ChunkPlace(item % chunks, kVectors);
     P av[kVectors], bv[kVectors], wv[kVectors];
@@ -130,8 +137,8 @@ __global__ void __launch_bounds__(kSplitThreads)
     const int64_t chunk = item % chunks;
     const Place at = ChunkPlace(chunk, kVectors);
     P xv[kVectors], wv[kVectors];
-    LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors,
-                row_vectors, at, xv);
+    LoadVectors<kLastUse>(reinterpret_cast<const P*>(x) + row * row_vectors,
+                          row_vectors, at, xv);
     LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
     WaitForPreviousKernel();  // pass 1 has written the chunk sums
     const float inv = rsqrtf(
@@ -145,6 +152,13 @@ __global__ void __launch_bounds__(kSplitThreads)
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x)) for one chunk of the rows of
 // one segment per block (item = segment * chunks + chunk); the chunk's
 // weight gradient over the segment goes to row `segment` of `partials`.
+// Its loads of dy and x are their last use in the op (LoadVectors<kLastUse>):
+// on an H200 the bfloat16 backward of 64 rows of 524,288 took 96.15 µs
+// against 107.1 (CUDA events, mean of two rounds), the float32 seed shape's
+// forward + backward at the JAX level 76.5 against 77.7 µs (H100: 97.9
+// against 100.6), but float32 128 x 262,144, which does not fit in L2, 180.45
+// against 170.8 µs (h200_streamed.log: `cs2b` against `cs2`, whose backward
+// is `base`'s).
 template <typename T, int kVectors>
 __global__ void __launch_bounds__(kSplitThreads)
     ChunkBackwardKernel(const T* __restrict__ dy,
@@ -167,10 +181,10 @@ __global__ void __launch_bounds__(kSplitThreads)
     const int64_t end = std::min(rows, (segment + 1) * rows_per_partial);
     for (int64_t row = segment * rows_per_partial; row < end; ++row) {
       P dyv[kVectors], xv[kVectors];
-      LoadVectors(reinterpret_cast<const P*>(dy) + row * row_vectors,
-                  row_vectors, at, dyv);
-      LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors,
-                  row_vectors, at, xv);
+      LoadVectors<kLastUse>(reinterpret_cast<const P*>(dy) + row * row_vectors,
+                            row_vectors, at, dyv);
+      LoadVectors<kLastUse>(reinterpret_cast<const P*>(x) + row * row_vectors,
+                            row_vectors, at, xv);
       WaitForPreviousKernel();  // pass 1 has written the chunk sums
       const float inv = inv_rms[row];
       const float correction =
