@@ -62,26 +62,25 @@ __device__ float RowTotal(const float* __restrict__ chunk_sums, int chunks) {
 // chunk_sums[row * chunks + chunk] = sum over the chunk of a * a (kSquares,
 // the forward: `b` and `weight` are null) or a * b * weight (the backward:
 // dy * x * w). The forward loads x once: passing it as both a and b had
-// every thread load each vector twice, into twice the registers (float32: 52
-// registers against 24). On an H200 that took the bfloat16 forward of 64 rows of
-// 524,288 from 56.25 to 51.75 µs and the float32 seed shape's from 26.25 to
-// 25.6 µs (CUDA events, mean of two rounds), 23.7 to 22.8 µs at the JAX level
-// (benchmarks/kernel_variants/h200_square_once.log).
+// every thread load each vector twice, into twice the registers (float32:
+// 52 registers against 24). On an H200 that took the bfloat16 forward of 64
+// rows of 524,288 from 56.25 to 51.75 µs and the float32 seed shape's from
+// 26.25 to 25.6 µs (CUDA events, mean of two rounds), 23.7 to 22.8 µs at
+// the JAX level (benchmarks/kernel_variants/h200_square_once.log).
 //
-// The order of the chunks is set by what the L2 holds. In a chain of ops, a
+// The order of the chunks follows what the L2 holds. In a chain of ops, a
 // and b are what the ops before just wrote, first row to last. Pass 2 reads
 // them first to last, for the last time in the op (LoadVectors<kLastUse>),
-// while it writes its result: the lines it writes push out the lines it
-// has read, not those it has yet to read. So at the JAX level the float32
-// seed shape's forward took 19.5 µs on an H200 (XLA: 19.6) and 25.2 µs on
-// an H100 (XLA: 26.4), against 22.9 and 29.0 µs with plain loads
-// (benchmarks/kernel_variants/h200_streamed.log, `cs2_fwd` against `base`).
-// The backward's pass 1 takes its chunks last to first, so that pass 2
-// starts with what pass 1 read last; on an H200 that took the bfloat16
-// backward of 24 rows of 524,288 from 51.1 to 45.6 µs (CUDA events;
-// h200_split_reverse.log), and in the forward it was 0.5 µs slower than
-// first to last once pass 2 loaded x for the last time (`cs2` in
-// h200_streamed.log).
+// while it writes its result, so the lines it writes push out what it has
+// read rather than what it has yet to read. The forward's pass 1 goes first
+// to last too: at the JAX level the float32 seed shape's forward took 19.5
+// µs on an H200 (XLA: 19.6) and 25.2 µs on an H100 (XLA: 26.4), against
+// 22.9 and 29.0 µs with plain loads in pass 2 and 20.0 and 25.7 µs with
+// pass 1 last to first (benchmarks/kernel_variants/h200_streamed.log:
+// `cs2_fwd`, `base`, `cs2`). The backward's pass 1 takes its chunks last to
+// first, so that pass 2 starts with what pass 1 read last; on an H200 that
+// took the bfloat16 backward of 24 rows of 524,288 from 51.1 to 45.6 µs
+// (CUDA events; h200_split_reverse.log).
 template <typename T, int kVectors, bool kSquares>
 __global__ void __launch_bounds__(kSplitThreads)
     ChunkSumsKernel(const T* __restrict__ a, const T* __restrict__ b,
