@@ -12,69 +12,28 @@ twice, into two sets of registers:
   first to last, as XLA's reduction does (commit 2ac71a9 reversed the order
   while the pass still loaded x twice).
 """
-from make_variants import SPLIT
+from make_variants import SPLIT, between, source
 
 COMMIT = "090fe2e"
 
 TEMPLATE = ("template <typename T, int kVectors>\n"
             "__global__ void __launch_bounds__(kSplitThreads)\n"
             "    ChunkSumsKernel(")
-LOADS_AND_SUM = """    P av[kVectors], bv[kVectors], wv[kVectors];
-    LoadVectors(reinterpret_cast<const P*>(a) + row * row_vectors, row_vectors,
-                at, av);
-    LoadVectors(reinterpret_cast<const P*>(b) + row * row_vectors, row_vectors,
-                at, bv);
-    if (weight != nullptr) {
-      LoadVectors(reinterpret_cast<const P*>(weight), row_vectors, at, wv);
-    }
-    float sum = 0;
-#pragma unroll
-    for (int k = 0; k < kVectors; ++k) {
-#pragma unroll
-      for (int e = 0; e < P::kSize; ++e) {
-        const float w = weight != nullptr ? ToAcc<float>(wv[k].v[e]) : 1.0f;
-        sum += ToAcc<float>(av[k].v[e]) * ToAcc<float>(bv[k].v[e]) * w;
-      }
-    }
-"""
-SQUARES_ONCE = """    P av[kVectors], bv[kVectors], wv[kVectors];
-    LoadVectors(reinterpret_cast<const P*>(a) + row * row_vectors, row_vectors,
-                at, av);
-    if constexpr (!kSquares) {
-      LoadVectors(reinterpret_cast<const P*>(b) + row * row_vectors,
-                  row_vectors, at, bv);
-      LoadVectors(reinterpret_cast<const P*>(weight), row_vectors, at, wv);
-    }
-    float sum = 0;
-#pragma unroll
-    for (int k = 0; k < kVectors; ++k) {
-#pragma unroll
-      for (int e = 0; e < P::kSize; ++e) {
-        const float va = ToAcc<float>(av[k].v[e]);
-        if constexpr (kSquares) {
-          sum += va * va;
-        } else {
-          sum += va * ToAcc<float>(bv[k].v[e]) * ToAcc<float>(wv[k].v[e]);
-        }
-      }
-    }
-"""
-LAUNCH = """  ChunkSumsKernel<T, kVectors>
-      <<<Blocks(g.rows * split->chunks), kSplitThreads, 0, stream>>>(
-          a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
-          split->chunks);
-"""
-LAUNCH_BY_KIND = """  const unsigned blocks = Blocks(g.rows * split->chunks);
-  if (b == nullptr) {
-    ChunkSumsKernel<T, kVectors, true><<<blocks, kSplitThreads, 0, stream>>>(
-        a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
-        split->chunks);
-  } else {
-    ChunkSumsKernel<T, kVectors, false><<<blocks, kSplitThreads, 0, stream>>>(
-        a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
-        split->chunks);
-  }
-"""
+
+
+def blocks(commit):
+    """(loads and sum, launch) of ChunkSumsKernel as at `commit`."""
+    text = source(commit, SPLIT)
+    after_check = "std::to_string(g.rows * split->chunks));\n  }\n"
+    launch = between(text, after_check, '  return CheckLaunch("launching the chunk sums kernel");')
+    return (between(text, "    P av[kVectors], bv[kVectors], wv[kVectors];\n",
+                    "    const float total = TeamSum"),
+            launch[len(after_check):])
+
+
+# As at COMMIT, and as commit 32c3320 adopted `once`.
+LOADS_AND_SUM, LAUNCH = blocks(COMMIT)
+SQUARES_ONCE, LAUNCH_BY_KIND = blocks("32c3320")
 ONCE = [
     (TEMPLATE, TEMPLATE.replace("int kVectors>", "int kVectors, bool kSquares>")),
     (LOADS_AND_SUM, SQUARES_ONCE),
