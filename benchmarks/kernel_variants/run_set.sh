@@ -27,6 +27,7 @@
 #   run_set.sh short_rows             the run in h200_short_rows.log
 #   run_set.sh square_once            part 1 of h200_square_once.log
 #   run_set.sh streamed               part 1 of h200_streamed.log
+#   run_set.sh words                  part 1 of h200_words.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -173,6 +174,18 @@ elif [ "$SET" = two_vectors ] || [ "$SET" = short_rows ]; then
           "f32 1001 1024" "bf16 512 4096")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 512" "bf16 16384 4096" "bf16 512 4096"
          "f32 16384 1024")
+elif [ "$SET" = words ]; then
+  # Every kernel that reads bfloat16 values: forwards of rows a block holds
+  # (part-used teams: 1,000 and 16,376 values; odd row counts), of a cluster
+  # (32,768), the shared-row and split-row forwards, the backwards of teams
+  # sharing a block, of a block and of a cluster, the grid and split-row
+  # backwards; float32 as a control (and its forward of short rows, which
+  # words40 caps too).
+  CHECKS=("bf16 16384 1024" "bf16 1001 1024" "bf16 1001 1000" "bf16 999 8192" "bf16 1001 16376"
+          "bf16 1001 32768" "bf16 512 4096" "bf16 3 1024" "bf16 32 262144" "bf16 7 1000000"
+          "bf16 67 131080" "f32 1001 1024" "f32 17 4100")
+  TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384"
+         "bf16 512 4096" "bf16 32 262144" "bf16 16 524288" "f32 16384 1024" "f32 16384 4096")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")

@@ -16,6 +16,7 @@
 #include <limits>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 
 #include "cuda_common.cuh"
 #include "dependent_launch.cuh"
@@ -36,6 +37,26 @@ struct alignas(16) Pack {
   static constexpr int kSize = 16 / sizeof(T);
   T v[kSize];
 };
+
+// Element e of a vector, as float. A bfloat16 value is the top half of a
+// float, so it is taken from the 32-bit word that holds it (a shift or a
+// mask, exact). Read as a 16-bit value, ptxas gave each of a vector's eight
+// values a 32-bit register of its own: FastForwardKernel<bfloat16, 2, 2>
+// took 64 registers, float16's 40. The forward kernels read values this
+// way; the backward kernels read 16-bit values, which ran faster for rows
+// of 4,096 (5%; benchmarks/kernel_variants/h200_words.log, words_fwd
+// against words).
+template <typename T>
+__device__ __forceinline__ float Element(const Pack<T>& p, int e) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    uint32_t words[4];
+    memcpy(words, &p, sizeof(words));
+    const uint32_t word = words[e / 2];
+    return __uint_as_float(e % 2 == 0 ? word << 16 : word & 0xffff0000u);
+  } else {
+    return ToAcc<float>(p.v[e]);
+  }
+}
 
 // How a row is spread over threads.
 struct Shape {
@@ -299,7 +320,7 @@ __device__ __forceinline__ float SumSquares(const P (&v)[kVectors]) {
   for (int k = 0; k < kVectors; ++k) {
 #pragma unroll
     for (int e = 0; e < P::kSize; ++e) {
-      const float value = ToAcc<float>(v[k].v[e]);
+      const float value = Element(v[k], e);
       sum += value * value;
     }
   }
@@ -313,7 +334,7 @@ __device__ void StoreNormalised(const Pack<T> (&xv)[kVectors],
                                 Pack<T>* __restrict__ y, int row_vectors,
                                 const Place& at) {
   StoreVectors<kVectors>(y, row_vectors, at, [&](int k, int e) {
-    return ToAcc<float>(wv[k].v[e]) * (inv * ToAcc<float>(xv[k].v[e]));
+    return Element(wv[k], e) * (inv * Element(xv[k], e));
   });
 }
 

@@ -109,11 +109,11 @@ __global__ void __launch_bounds__(kSplitThreads)
     for (int k = 0; k < kVectors; ++k) {
 #pragma unroll
       for (int e = 0; e < P::kSize; ++e) {
-        const float va = ToAcc<float>(av[k].v[e]);
+        const float va = Element(av[k], e);
         if constexpr (kSquares) {
           sum += va * va;
         } else {
-          sum += va * ToAcc<float>(bv[k].v[e]) * ToAcc<float>(wv[k].v[e]);
+          sum += va * Element(bv[k], e) * Element(wv[k], e);
         }
       }
     }
