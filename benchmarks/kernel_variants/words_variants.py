@@ -25,26 +25,18 @@ bfloat16 value as float from the 32-bit word that holds it (`word << 16` or
 """
 import re
 
-from make_variants import COMMON, FAST, GRID, SPLIT
+from make_variants import COMMON, FAST, GRID, SPLIT, between, source
 
 COMMIT = "acd8b8c"
 
-ELEMENT = """// Element e of a vector, as float. A bfloat16 value is the top half of a
-// float, so it is taken from the 32-bit word that holds it: read as a 16-bit
-// value, ptxas gave each value of a vector a register of its own.
-template <typename T>
-__device__ __forceinline__ float Element(const Pack<T>& p, int e) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    uint32_t words[4];
-    memcpy(words, &p, sizeof(words));
-    const uint32_t word = words[e / 2];
-    return __uint_as_float(e % 2 == 0 ? word << 16 : word & 0xffff0000u);
-  } else {
-    return ToAcc<float>(p.v[e]);
-  }
-}
-
-// How a row is spread over threads."""
+# Element as commit 54f39f6 adopted it, under the comment it had in the runs.
+ELEMENT_CODE = between(source("54f39f6", COMMON),
+                       "template <typename T>\n__device__ __forceinline__ float Element(",
+                       "\n// How a row is spread over threads.")
+ELEMENT = ("// Element e of a vector, as float. A bfloat16 value is the top half of a\n"
+           "// float, so it is taken from the 32-bit word that holds it: read as a 16-bit\n"
+           "// value, ptxas gave each value of a vector a register of its own.\n"
+           + ELEMENT_CODE + "\n// How a row is spread over threads.")
 ADD_ELEMENT = [("// How a row is spread over threads.", ELEMENT),
                ("#include <tuple>\n", "#include <tuple>\n#include <type_traits>\n")]
 
