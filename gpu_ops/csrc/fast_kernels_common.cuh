@@ -42,10 +42,10 @@ struct alignas(16) Pack {
 // float, so it is taken from the 32-bit word that holds it (a shift or a
 // mask, exact). Read as a 16-bit value, ptxas gave each of a vector's eight
 // values a 32-bit register of its own: FastForwardKernel<bfloat16, 2, 2>
-// took 64 registers, float16's 40. The forward kernels read values this
-// way; the backward kernels read 16-bit values, which ran faster for rows
-// of 4,096 (5%; benchmarks/kernel_variants/h200_words.log, words_fwd
-// against words).
+// took 64 registers, float16's 40. The forward kernels (and the split
+// rows' first pass, which both directions share) read values this way; the
+// backward kernels read 16-bit values, which ran faster for rows of 4,096
+// (5%; benchmarks/kernel_variants/h200_words.log, words_fwd against words).
 template <typename T>
 __device__ __forceinline__ float Element(const Pack<T>& p, int e) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {

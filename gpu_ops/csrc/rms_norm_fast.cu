@@ -175,12 +175,13 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
 // 16-bit rows take at most 40 registers a thread (no spill), so an SM holds
 // 25 of the 64-thread blocks of rows of 1,024 values, 6 blocks of 256
 // threads, 3 of 512, where 64 registers (float32's cap, that of blocks of
-// 1024 threads) let it hold 16, 4 and 2. On an H200 at the JAX level, with
-// Element's reads, the bfloat16 forward of 16384 x 1,024 went from 17.8 to
-// 16.5 µs, 91% to 99% of the copy bandwidth; other cases moved within 2%
-// (benchmarks/kernel_variants/h200_words.log, words_fwd40: there the mean
-// was a division, whose call to its slow path stood where InverseRms's call
-// is now).
+// 1024 threads) let it hold 16, 4 and 2. With Element's reads, the
+// bfloat16 forward of 16384 x 1,024 went from 17.75 to 16.66 µs at the JAX
+// level on an H200 (92% to 96% of the copy bandwidth) and from 23.60 to
+// 22.13 µs on an H100 (benchmarks/results/*.json against earlier_runs/
+// *_0592e6c.json; the variant run, benchmarks/kernel_variants/h200_words.log,
+// words_fwd40, had a division where InverseRms is called, whose call to its
+// slow path did the same).
 template <typename T, int kVectors, int kRows>
 __global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
     FastForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
