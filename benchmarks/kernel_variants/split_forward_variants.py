@@ -4,7 +4,7 @@ In the float32 forward of the seed's shape, pass 2 of the split rows
 (ChunkForwardKernel: load a chunk of x and of the weight, add up the row's
 chunk sums, write the chunk of y) takes 15.5 µs under the profiler where
 XLA's normalising kernel, which moves the same bytes, takes 11.5 µs
-(h200_split_overlap.log, ../results/nvidia-h200_timeline.log). Its threads
+(h200_split_overlap.log, ../results/earlier_runs/nvidia-h200_timeline_c66f2b7.log). Its threads
 hold 4 vectors of x and 4 of the weight, 61 registers: 4 blocks of 256
 threads an SM, and each block makes one round trip to memory before it
 writes. More blocks an SM keep more loads in flight:

@@ -1,6 +1,6 @@
 """The kernel variants of the H200 run in h200_split_reverse.log (make_variants.py split_reverse).
 
-Under the profiler (the float32 part of ../results/nvidia-h200_timeline.log),
+Under the profiler (the float32 part of ../results/earlier_runs/nvidia-h200_timeline_c66f2b7.log),
 the first pass of the float32 seed shape's split-row forward
 (ChunkSumsKernel, which reads x) took 9.5 µs where XLA's reduction of the
 same x took 5.4 µs: in a chain of ops, x is what the op before just wrote,

@@ -3,7 +3,7 @@
 The float32 seed shape's forward trails XLA's (H200: 23.6 against 19.7 µs,
 ../results/nvidia-h200.json). Under the profiler its first pass
 (ChunkSumsKernel) takes 9.5 µs where XLA's reduction of the same x takes
-5.4 µs (../results/nvidia-h200_timeline.log). The forward hands that pass x
+5.4 µs (../results/earlier_runs/nvidia-h200_timeline_c66f2b7.log). The forward hands that pass x
 twice (a = b = x, the sum of a * b), so each thread loads every vector of x
 twice, into two sets of registers:
 - `once`: the forward's first pass loads x once and adds up its squares
