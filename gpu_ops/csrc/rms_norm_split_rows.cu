@@ -241,16 +241,11 @@ ffi::Error SumChunks(cudaStream_t stream, const ffi::AnyBuffer& chunk_sums,
         std::to_string(chunk_sums.element_count()) +
         " floats, the kernels need " + std::to_string(g.rows * split->chunks));
   }
-  const unsigned blocks = Blocks(g.rows * split->chunks);
-  if (b == nullptr) {
-    ChunkSumsKernel<T, kVectors, true><<<blocks, kSplitThreads, 0, stream>>>(
-        a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
-        split->chunks);
-  } else {
-    ChunkSumsKernel<T, kVectors, false><<<blocks, kSplitThreads, 0, stream>>>(
-        a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
-        split->chunks);
-  }
+  const auto kernel = b == nullptr ? ChunkSumsKernel<T, kVectors, true>
+                                    : ChunkSumsKernel<T, kVectors, false>;
+  kernel<<<Blocks(g.rows * split->chunks), kSplitThreads, 0, stream>>>(
+      a, b, weight, split->chunk_sums, g.rows, split->row_vectors,
+      split->chunks);
   return CheckLaunch("launching the chunk sums kernel");
 }
 
