@@ -130,7 +130,7 @@ __device__ void LoadRows(const P* __restrict__ x, int64_t first, int64_t rows,
 // between one row's stores and the next row's keeps ptxas from starting a
 // row's arithmetic before the row before is stored, which is what lets
 // FastForwardKernel's 16-bit rows fit in 40 registers (inlined, they spilled
-// 28 to 44 bytes).
+// 28 to 60 bytes: benchmarks/kernel_variants/words_registers.log).
 __device__ __noinline__ float InverseRms(float total, float inv_row_length,
                                          float eps) {
   return rsqrtf(total * inv_row_length + eps);
