@@ -3,6 +3,10 @@
 # whole test suite on the GPU, compute-sanitizer on forward and backward, and
 # every chapter executed (tools/execute_chapters.py --check-only).
 # Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
+# To split a run over calls of limited length (on one machine, which keeps
+# the build): GPU_CHECKS_SANITIZERS="memcheck racecheck" runs only those
+# tools (default: all four), and GPU_CHECKS_SANITIZERS_ONLY=1 skips the
+# build, the tests and the chapters (the sanitizer log is appended to).
 # GPU machines have no jupyter-book, so the book build and nbval are skipped;
 # the Jupyter packages the chapters need may come as wheels in .whl/.
 set -uo pipefail
@@ -15,24 +19,28 @@ export PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -n 2
   python3 -c 'import jax, jaxlib, sys; print("python", sys.version.split()[0]); print("jax", jax.__version__, "jaxlib", jaxlib.__version__); print(jax.devices())'
+  python3 tools/device_properties.py
 } > "$out/environment.txt" 2>&1
 cat "$out/environment.txt"
 
-rm -rf build
-GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} ./build.sh test 2>&1 |
-  tee "$out/build_and_tests.log"
-tests_status=${PIPESTATUS[0]}
+tests_status=0 chapters_status=0
+if [ "${GPU_CHECKS_SANITIZERS_ONLY:-0}" != 1 ]; then
+  rm -rf build
+  GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} ./build.sh test 2>&1 |
+    tee "$out/build_and_tests.log"
+  tests_status=${PIPESTATUS[0]}
 
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu_ops_site .whl/*.whl
-  export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
+  if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu_ops_site .whl/*.whl
+    export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  (cd chapters && python3 ../tools/execute_chapters.py --check-only) 2>&1 | tee "$out/chapters.log"
+  chapters_status=${PIPESTATUS[0]}
 fi
-(cd chapters && python3 ../tools/execute_chapters.py --check-only) 2>&1 | tee "$out/chapters.log"
-chapters_status=${PIPESTATUS[0]}
 
 sanitizer_status=0
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-for tool in memcheck racecheck initcheck synccheck; do
+for tool in ${GPU_CHECKS_SANITIZERS:-memcheck racecheck initcheck synccheck}; do
   # Check only gpu_ops' kernels (their mangled names contain the namespace),
   # except for initcheck: it must see XLA's kernels write our inputs, or it
   # reports every input as uninitialised.

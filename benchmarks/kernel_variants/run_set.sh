@@ -28,6 +28,7 @@
 #   run_set.sh square_once            part 1 of h200_square_once.log
 #   run_set.sh streamed               part 1 of h200_streamed.log
 #   run_set.sh words                  part 1 of h200_words.log
+#   run_set.sh cluster_words          the run in h200_cluster_words.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -186,6 +187,13 @@ elif [ "$SET" = words ]; then
           "bf16 67 131080" "f32 1001 1024" "f32 17 4100")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384"
          "bf16 512 4096" "bf16 32 262144" "bf16 16 524288" "f32 16384 1024" "f32 16384 4096")
+elif [ "$SET" = cluster_words ]; then
+  # The cluster backward: clusters of 2 (16,384 bfloat16 values; 16,376 with
+  # the second block short), 4 and 8 blocks, odd row counts; float32 and rows
+  # a block holds as controls (their kernels are compiled as in base).
+  CHECKS=("bf16 999 16376" "bf16 1001 16384" "bf16 1001 32768" "bf16 67 65536" "f32 999 16376" "bf16 1001 1024")
+  TIMED=("bf16 16384 16384" "bf16 32768 16384" "bf16 4096 32768" "bf16 2048 65536" "bf16 16384 4096"
+         "bf16 16384 1024" "f32 16384 16384")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")

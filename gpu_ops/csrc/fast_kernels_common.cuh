@@ -43,9 +43,11 @@ struct alignas(16) Pack {
 // mask, exact). Read as a 16-bit value, ptxas gave each of a vector's eight
 // values a 32-bit register of its own: FastForwardKernel<bfloat16, 2, 2>
 // took 64 registers, float16's 40. The forward kernels (and the split
-// rows' first pass, which both directions share) read values this way; the
-// backward kernels read 16-bit values, which ran faster for rows of 4,096
-// (5%; benchmarks/kernel_variants/h200_words.log, words_fwd against words).
+// rows' first pass, which both directions share) read values this way, and
+// so does the backward of rows that take a cluster (ElementOf<true>); the
+// other backward kernels read 16-bit values, which ran faster for rows of
+// 4,096 (5%; benchmarks/kernel_variants/h200_words.log, words_fwd against
+// words).
 template <typename T>
 __device__ __forceinline__ float Element(const Pack<T>& p, int e) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -56,6 +58,14 @@ __device__ __forceinline__ float Element(const Pack<T>& p, int e) {
   } else {
     return ToAcc<float>(p.v[e]);
   }
+}
+
+// Element e of a vector, as float: from its word (Element) with kWords, else
+// read as a 16-bit value.
+template <bool kWords, typename T>
+__device__ __forceinline__ float ElementOf(const Pack<T>& p, int e) {
+  if constexpr (kWords) return Element(p, e);
+  return ToAcc<float>(p.v[e]);
 }
 
 // How a row is spread over threads.
@@ -339,16 +349,17 @@ __device__ void StoreNormalised(const Pack<T> (&xv)[kVectors],
 }
 
 // Writes this thread's vectors of dx = inv * (dy*w - x * correction) into
-// the row at `dx` (correction = inv^2 * mean(dy*w*x)).
-template <int kVectors, typename T>
+// the row at `dx` (correction = inv^2 * mean(dy*w*x)), reading values with
+// ElementOf<kWords>.
+template <bool kWords = false, int kVectors, typename T>
 __device__ void StoreInputGradient(const Pack<T> (&dyv)[kVectors],
                                    const Pack<T> (&xv)[kVectors],
                                    const Pack<T> (&wv)[kVectors], float inv,
                                    float correction, Pack<T>* __restrict__ dx,
                                    int row_vectors, const Place& at) {
   StoreVectors<kVectors>(dx, row_vectors, at, [&](int k, int e) {
-    const float dyw = ToAcc<float>(dyv[k].v[e]) * ToAcc<float>(wv[k].v[e]);
-    return inv * (dyw - ToAcc<float>(xv[k].v[e]) * correction);
+    const float dyw = ElementOf<kWords>(dyv[k], e) * ElementOf<kWords>(wv[k], e);
+    return inv * (dyw - ElementOf<kWords>(xv[k], e) * correction);
   });
 }
 
