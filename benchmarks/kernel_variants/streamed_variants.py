@@ -3,7 +3,7 @@
 After `once` (h200_square_once.log), the float32 seed shape's forward takes
 22.8 µs at the JAX level against XLA's 19.7: the split rows' first pass reads
 x, the second reads it again and writes y, and x (32 MiB) and y together do
-not fit in the H200's 50 MB L2. Each line of y that the second pass writes
+not fit in the H200's 60 MiB L2. Each line of y that the second pass writes
 pushes out a line of x, and in least-recently-used order those are the lines
 of x that pass has yet to read. Cache hints can say which lines may go:
 - `cs2`: the forward's second pass (ChunkForwardKernel) loads x with

@@ -21,11 +21,11 @@
 // load their vectors, then wait for the chunk sums.
 // The scratch matrix is the call's chunk_sums result (cuda_scratch.h), which
 // exists for rows longer than kSplitRowsAbove only.
-// x (and dy) are read twice; when they fit in L2 (50 MB on an H100 or H200,
-// 16 MB of x for the seed's shape in bfloat16, 32 MB of x and dy in its
-// backward) the second read mostly hits it. Pass 2 marks its loads as the
-// op's last use of those bytes, and the orders of the passes are chosen so
-// that more of it does (ChunkSumsKernel).
+// x (and dy) are read twice; when they fit in L2 (50 MiB on an H100, 60 MiB
+// on an H200; 16 MB of x for the seed's shape in bfloat16, 32 MB of x and dy
+// in its backward) the second read mostly hits it. Pass 2 marks its loads
+// as the op's last use of those bytes, and the orders of the passes are
+// chosen so that more of it does (ChunkSumsKernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
