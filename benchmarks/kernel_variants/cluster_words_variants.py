@@ -7,7 +7,8 @@ of 4,096 (one block a row) from 111 to 117 µs. Here only the cluster
 backward does it (FastBackwardKernel with kClustered); the kernels of rows
 a block holds, the grid and the split-row backwards are compiled as before:
 - `cwords`: the cluster backward's loop (dot and weight gradient) and its
-  dx stores (StoreInputGradient) read values with Element;
+  dx stores (StoreInputGradient) read values with Element.
+
 Only the loop reading with Element (its dx stores as before) spilled 4
 bytes in the bfloat16 cluster kernel (ptxas, sm_90), so it was not run.
 """
