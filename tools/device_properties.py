@@ -30,8 +30,8 @@ def cuda_runtime():
     """The CUDA runtime library: the system's, or the one JAX's CUDA plugin brings."""
     candidates = [ctypes.util.find_library("cudart")]
     for root in [*site.getsitepackages(), site.getusersitepackages()]:
+        # JAX's CUDA plugin: nvidia/cu13/lib (CUDA 13) or nvidia/cuda_runtime/lib (CUDA 12).
         candidates += sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib", "libcudart.so*")))
-        candidates += sorted(glob.glob(os.path.join(root, "nvidia", "cuda_runtime", "lib", "libcudart.so*")))
     candidates += sorted(glob.glob("/usr/local/cuda/lib64/libcudart.so*"))
     for path in filter(None, candidates):
         try:
