@@ -29,6 +29,7 @@
 #   run_set.sh streamed               part 1 of h200_streamed.log
 #   run_set.sh words                  part 1 of h200_words.log
 #   run_set.sh cluster_words          the run in h200_cluster_words.log
+#   run_set.sh shared16               the run in h200_shared16.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -194,6 +195,16 @@ elif [ "$SET" = cluster_words ]; then
   CHECKS=("bf16 999 16376" "bf16 1001 16384" "bf16 1001 32768" "bf16 67 65536" "f32 999 16376" "bf16 1001 1024")
   TIMED=("bf16 16384 16384" "bf16 32768 16384" "bf16 4096 32768" "bf16 2048 65536" "bf16 16384 4096"
          "bf16 16384 1024" "f32 16384 16384")
+elif [ "$SET" = shared16 ]; then
+  # The shared-row forward: the seed shape, rows that leave a cluster's last
+  # blocks part-used (131,080 values), odd row counts, rows of a second
+  # round (1,024 rows); float32 rows of 262,144 (the split-row kernels in
+  # base); the other cluster kernels (rows of 16,384 and 32,768) and rows a
+  # block holds as controls.
+  CHECKS=("bf16 32 262144" "bf16 33 262144" "bf16 67 131080" "bf16 5 262144" "f32 32 262144" "f32 17 131080"
+          "bf16 1001 16384" "bf16 1001 32768")
+  TIMED=("bf16 32 262144" "bf16 1024 262144" "bf16 64 131080" "f32 32 262144" "f32 128 262144"
+         "bf16 16384 16384" "bf16 4096 32768" "bf16 16384 1024")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")
