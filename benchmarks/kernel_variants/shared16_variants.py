@@ -4,7 +4,7 @@ The seed shape's shared-row forward (bfloat16 32 x 262,144) runs 32
 clusters of 8 blocks of 64 KiB: 256 blocks on 132 SMs, which hold up to
 three each, so some SMs move three blocks' bytes while the average is under
 two. Clusters of 16 blocks (a non-portable size on Hopper) of 32 KiB make
-512 blocks, up to four an SM (2,048 threads): about as many on every SM.
+512 blocks, about four an SM, if an SM holds four (2,048 threads).
 - `slots16`: TeamSum's slots for up to 16 blocks' sums (a control: the
   other cluster kernels' static shared memory grows by 64 bytes);
 - `s16`: `slots16`, and the shared-row forward tries clusters of 16 first.
@@ -16,8 +16,8 @@ clusters of 16. Part 2 (second call) adds:
 - `s16b4`: `s16` with the kernel capped at 32 registers (four blocks an SM);
 - `s16t256`: `s16` with blocks of 256 threads (rows of 262,144 then take
   clusters of 16, 8 vectors a thread; up to six blocks an SM).
-`s16b4`, in one round, was no faster than `base`: the gain of `s16` is not
-the balance of blocks over SMs. Part 3 (third call) asks whether it comes
+`s16b4`, with room for every cluster at once, was no faster than `base`:
+the gain of `s16` is not the balance of blocks over SMs. Part 3 (third call) asks whether it comes
 from the rows of its second round being read while the first round's are
 written: fewer clusters than rows, each taking several rows in turn, so
 that a cluster's loads of its next row follow its stores of the last:
