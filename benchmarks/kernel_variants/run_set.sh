@@ -30,6 +30,7 @@
 #   run_set.sh words                  part 1 of h200_words.log
 #   run_set.sh cluster_words          the run in h200_cluster_words.log
 #   run_set.sh shared16               the run in h200_shared16.log
+#   run_set.sh last_use               part 1 of h200_last_use.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -205,6 +206,13 @@ elif [ "$SET" = shared16 ]; then
           "bf16 1001 16384")
   TIMED=("bf16 32 262144" "bf16 1024 262144" "bf16 64 131080" "f32 32 262144" "f32 128 262144"
          "bf16 16384 16384" "bf16 4096 32768" "bf16 16384 1024")
+elif [ "$SET" = last_use ]; then
+  # The grid backward's cases, and every shape of FastBackwardKernel (as in
+  # row_overhead): teams sharing a block, a block, a cluster; segments with
+  # fewer rows than the rest or none.
+  CHECKS=("${GRID_CHECKS[@]}" "bf16 16384 1024" "bf16 1001 1024" "f32 17 4096" "bf16 999 8192"
+          "bf16 1001 16384" "f32 16384 1024" "bf16 512 4096")
+  TIMED=("bf16 32 262144" "f32 16 262144" "bf16 16384 1024" "bf16 16384 16384" "bf16 512 4096")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
   CHECKS=("bf16 32 262144" "bf16 512 4096" "bf16 16384 1024")

@@ -9,6 +9,7 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -289,6 +290,25 @@ __device__ __forceinline__ P VectorOrZeros(bool ok, const P* p) {
 
 // For LoadVectors<kLastUse>: the op's last read of these vectors.
 constexpr bool kLastUse = true;
+
+// Copies the 16 bytes at `from` to shared memory at `to` asynchronously, as
+// __pipeline_memcpy_async does (its commits and waits apply), marked as the
+// op's last read of them: evict first from L2 (a createpolicy cache hint), so
+// that L2 keeps what the op writes, which the next op reads, rather than
+// what it has read (rms_norm_grid_backward.cu).
+template <typename P>
+__device__ __forceinline__ void CopyLastUse(P* to, const P* from) {
+  static_assert(sizeof(P) == 16, "16-byte copies");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;"
+               ::"r"(SharedAddress(to)), "l"(from), "l"(policy)
+               : "memory");
+#else
+  __pipeline_memcpy_async(to, from, sizeof(P));
+#endif
+}
 
 // This thread's vectors of a row (of x, dy or the weight) that starts at
 // `row`; zeros past its end.
