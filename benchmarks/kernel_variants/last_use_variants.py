@@ -14,6 +14,13 @@ reads it again.
 - `lu`: both.
 bench_kernels.cu reads the same buffers at every launch, where evict-first
 can only lose; the JAX-level chain (run_jax_level.sh) is the measure here.
+Part 1: the seed shape's bfloat16 forward + backward went from 36.2 to
+31.1 µs at the JAX level (`lu`; the grid backward under the profiler from
+19.7 to 16.8 µs); commit 4ca2340 adopted `gridlu`. `fastlu` slowed the
+cluster backward of 16384 x 16,384 under CUDA events (409.45 to 446.9 µs), so
+part 2 tries `ringlu`, its marks only where a block holds a row: the
+forward + backward of rows of 1,024 did not gain (bfloat16 16384 x 1,024
+51.4 and 51.8 µs, 32768 x 1,024 96.5 and 99.1 µs). Not adopted.
 """
 from make_variants import COMMON, FAST, GRID
 
@@ -65,6 +72,15 @@ RING_LAST_USE = [
      "      ring_slots + kStages * kVectors * blockDim.x, true};\n"),
 ]
 
+# Part 2, on commit 4ca2340 (the grid backward's marks adopted): the rings'
+# marks only where a block holds a row (fastlu slowed the cluster backward of
+# rows of 16,384 under CUDA events).
+UNCLUSTERED_RING_LAST_USE = RING_LAST_USE[:2] + [(
+    RING_LAST_USE[2][0],
+    "  const RowRing<P, kVectors> dy_ring{ring_slots, !kClustered};\n"
+    "  const RowRing<P, kVectors> x_ring{\n"
+    "      ring_slots + kStages * kVectors * blockDim.x, !kClustered};\n")]
+
 VARIANTS = {
     "base": ("the kernels of 9675f5a (those of e9da665)", {}),
     "gridlu": ("the grid backward's loads of x and dy marked evict-first",
@@ -72,4 +88,7 @@ VARIANTS = {
     "fastlu": ("the backward rings' copies of x and dy marked evict-first",
                {COMMON: COPY_LAST_USE, FAST: RING_LAST_USE}),
     "lu": ("gridlu and fastlu", {COMMON: COPY_LAST_USE, GRID: GRID_LAST_USE, FAST: RING_LAST_USE}),
+    "base2": ("the kernels of 4ca2340 (gridlu adopted)", {}, "4ca2340"),
+    "ringlu": ("base2, the rings' copies marked where a block holds a row",
+               {FAST: UNCLUSTERED_RING_LAST_USE}, "4ca2340"),
 }
