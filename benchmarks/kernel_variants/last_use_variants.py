@@ -1,4 +1,4 @@
-"""The kernel variants of the H200 run in h200_last_use.log (make_variants.py last_use).
+"""The kernel variants of the runs in h200_last_use.log and h100_last_use.log (make_variants.py last_use).
 
 The backward's reads of x and dy are the op's last reads of them. In the
 benchmark's chain (and in a network) what is read next is what the op
@@ -21,6 +21,10 @@ cluster backward of 16384 x 16,384 under CUDA events (409.45 to 446.9 µs), so
 part 2 tries `ringlu`, its marks only where a block holds a row: the
 forward + backward of rows of 1,024 did not gain (bfloat16 16384 x 1,024
 51.4 and 51.8 µs, 32768 x 1,024 96.5 and 99.1 µs). Not adopted.
+Part 3 (h100_last_use.log, an H100) marks the stores of y and dx, which the
+next ops read, evict-last (`outlast`): the seed shape's bfloat16 forward +
+backward went from 37.8 to 39.7 µs; the other cases moved by at most 1.6%
+(the small batch, by up to 0.3 µs). Not adopted.
 """
 from make_variants import COMMON, FAST, GRID
 
@@ -81,6 +85,19 @@ UNCLUSTERED_RING_LAST_USE = RING_LAST_USE[:2] + [(
     "  const RowRing<P, kVectors> x_ring{\n"
     "      ring_slots + kStages * kVectors * blockDim.x, !kClustered};\n")]
 
+# Part 3, on commit 4ca2340: the stores of y and dx (StoreVectors), which
+# the next ops read, marked evict-last in L2.
+OUTPUT_EVICT_LAST = [(
+    "      row[c] = out;\n",
+    "      uint64_t policy;\n"
+    "      asm(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(policy));\n"
+    "      uint4 words;\n"
+    "      memcpy(&words, &out, sizeof(words));\n"
+    "      asm volatile(\"st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;\"\n"
+    "                   ::\"l\"(row + c), \"r\"(words.x), \"r\"(words.y), \"r\"(words.z),\n"
+    "                     \"r\"(words.w), \"l\"(policy) : \"memory\");\n",
+)]
+
 VARIANTS = {
     "base": ("the kernels of 9675f5a (those of e9da665)", {}),
     "gridlu": ("the grid backward's loads of x and dy marked evict-first",
@@ -91,4 +108,6 @@ VARIANTS = {
     "base2": ("the kernels of 4ca2340 (gridlu adopted)", {}, "4ca2340"),
     "ringlu": ("base2, the rings' copies marked where a block holds a row",
                {FAST: UNCLUSTERED_RING_LAST_USE}, "4ca2340"),
+    "outlast": ("base2, every store of y and dx marked evict-last in L2",
+                {COMMON: OUTPUT_EVICT_LAST}, "4ca2340"),
 }
