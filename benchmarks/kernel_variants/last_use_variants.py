@@ -58,32 +58,33 @@ GRID_LAST_USE = [
      "      CopyLastUse(dy_slot(j), dyp + at_row);\n"),
 ]
 
-RING_LAST_USE = [
-    ("  P* slots;  // [kStages][kVectors][blockDim.x]\n",
-     "  P* slots;  // [kStages][kVectors][blockDim.x]\n"
-     "  bool last = false;  // copies are the op's last reads (CopyLastUse)\n"),
-    ("        __pipeline_memcpy_async(Slot(stage, k), row + c, sizeof(P));\n",
-     "        if (last) {\n"
-     "          CopyLastUse(Slot(stage, k), row + c);\n"
-     "        } else {\n"
-     "          __pipeline_memcpy_async(Slot(stage, k), row + c, sizeof(P));\n"
-     "        }\n"),
-    ("  const RowRing<P, kVectors> dy_ring{ring_slots};\n"
-     "  const RowRing<P, kVectors> x_ring{ring_slots +\n"
-     "                                    kStages * kVectors * blockDim.x};\n",
-     "  const RowRing<P, kVectors> dy_ring{ring_slots, true};\n"
-     "  const RowRing<P, kVectors> x_ring{\n"
-     "      ring_slots + kStages * kVectors * blockDim.x, true};\n"),
-]
+def rings_marked(when):
+    """Edits that mark FastBackwardKernel's ring copies as last reads where
+    `when` (C++, true in the kernel's instances that mark them)."""
+    return [
+        ("  P* slots;  // [kStages][kVectors][blockDim.x]\n",
+         "  P* slots;  // [kStages][kVectors][blockDim.x]\n"
+         "  bool last = false;  // copies are the op's last reads (CopyLastUse)\n"),
+        ("        __pipeline_memcpy_async(Slot(stage, k), row + c, sizeof(P));\n",
+         "        if (last) {\n"
+         "          CopyLastUse(Slot(stage, k), row + c);\n"
+         "        } else {\n"
+         "          __pipeline_memcpy_async(Slot(stage, k), row + c, sizeof(P));\n"
+         "        }\n"),
+        ("  const RowRing<P, kVectors> dy_ring{ring_slots};\n"
+         "  const RowRing<P, kVectors> x_ring{ring_slots +\n"
+         "                                    kStages * kVectors * blockDim.x};\n",
+         f"  const RowRing<P, kVectors> dy_ring{{ring_slots, {when}}};\n"
+         "  const RowRing<P, kVectors> x_ring{\n"
+         f"      ring_slots + kStages * kVectors * blockDim.x, {when}}};\n"),
+    ]
 
+
+RING_LAST_USE = rings_marked("true")
 # Part 2, on commit 4ca2340 (the grid backward's marks adopted): the rings'
 # marks only where a block holds a row (fastlu slowed the cluster backward of
 # rows of 16,384 under CUDA events).
-UNCLUSTERED_RING_LAST_USE = RING_LAST_USE[:2] + [(
-    RING_LAST_USE[2][0],
-    "  const RowRing<P, kVectors> dy_ring{ring_slots, !kClustered};\n"
-    "  const RowRing<P, kVectors> x_ring{\n"
-    "      ring_slots + kStages * kVectors * blockDim.x, !kClustered};\n")]
+UNCLUSTERED_RING_LAST_USE = rings_marked("!kClustered")
 
 # Part 3, on commit 4ca2340: the stores of y and dx (StoreVectors), which
 # the next ops read, marked evict-last in L2.

@@ -38,6 +38,11 @@ NCU_FULL=()
 # rows, and blocks that do not fill their last columns.
 GRID_CHECKS=("bf16 32 262144" "f32 17 131080" "bf16 7 1000000" "f32 16 262144" "bf16 3 131080")
 GRID_TIMED=("bf16 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 4 262144")
+# Every shape of FastBackwardKernel: teams sharing a block (rows of 1,024), a
+# block (4,096 and 8,192) or a cluster (16,384); segments with fewer rows than
+# the rest or none (1001, 17 and 999 rows).
+BACKWARD_CHECKS=("bf16 16384 1024" "bf16 1001 1024" "f32 17 4096" "bf16 999 8192" "bf16 1001 16384"
+                 "f32 16384 1024" "bf16 512 4096")
 cd "$(dirname "$0")"
 SET=${1:-shapes_and_registers}
 if [ "${CARRIED:-0}" = 1 ]; then
@@ -92,18 +97,13 @@ elif [ "$SET" = cluster_exit ]; then
   TIMED=("bf16 32 262144" "bf16 1024 262144" "bf16 64 131080" "bf16 16384 16384" "bf16 32768 16384"
          "f32 16384 16384" "bf16 4096 65536")
 elif [ "$SET" = row_overhead ]; then
-  # Every shape of FastBackwardKernel: teams sharing a block (rows of 1,024),
-  # a block (4,096 and 8,192) or a cluster (16,384); segments with fewer
-  # rows than the rest or none (1001, 17 and 999 rows).
-  CHECKS=("bf16 16384 1024" "bf16 1001 1024" "f32 17 4096" "bf16 999 8192" "bf16 1001 16384"
-          "f32 16384 1024" "bf16 512 4096")
+  CHECKS=("${BACKWARD_CHECKS[@]}")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384"
          "bf16 512 4096" "f32 16384 1024" "f32 16384 16384")
   NCU_FULL=("bwd bf16 16384 1024")
 elif [ "$SET" = backward_stages ] || [ "$SET" = strided_rows ]; then
   # row_overhead's cases, and rows of 65,536 (the cluster forward's ring).
-  CHECKS=("bf16 16384 1024" "bf16 1001 1024" "f32 17 4096" "bf16 999 8192" "bf16 1001 16384"
-          "f32 16384 1024" "bf16 512 4096" "bf16 255 65536")
+  CHECKS=("${BACKWARD_CHECKS[@]}" "bf16 255 65536")
   TIMED=("bf16 16384 1024" "bf16 32768 1024" "bf16 16384 4096" "bf16 16384 8192" "bf16 16384 16384"
          "bf16 512 4096" "f32 16384 1024" "f32 16384 16384" "bf16 4096 65536")
 elif [ "$SET" = shared_balance ]; then
@@ -207,11 +207,8 @@ elif [ "$SET" = shared16 ]; then
   TIMED=("bf16 32 262144" "bf16 1024 262144" "bf16 64 131080" "f32 32 262144" "f32 128 262144"
          "bf16 16384 16384" "bf16 4096 32768" "bf16 16384 1024")
 elif [ "$SET" = last_use ]; then
-  # The grid backward's cases, and every shape of FastBackwardKernel (as in
-  # row_overhead): teams sharing a block, a block, a cluster; segments with
-  # fewer rows than the rest or none.
-  CHECKS=("${GRID_CHECKS[@]}" "bf16 16384 1024" "bf16 1001 1024" "f32 17 4096" "bf16 999 8192"
-          "bf16 1001 16384" "f32 16384 1024" "bf16 512 4096")
+  # The grid backward's cases and every shape of FastBackwardKernel.
+  CHECKS=("${GRID_CHECKS[@]}" "${BACKWARD_CHECKS[@]}")
   TIMED=("bf16 32 262144" "f32 16 262144" "bf16 16384 1024" "bf16 16384 16384" "bf16 512 4096")
 elif [ "$SET" = profiles ]; then
   # No variants: ncu on the kernels of the cases that miss their targets.
