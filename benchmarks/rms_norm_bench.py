@@ -1,7 +1,7 @@
 """Benchmark RMS norm implementations against XLA and the copy bandwidth.
 
     python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N] [--row-len N ...]
-                                        [--impl NAME ...]
+                                        [--rows N ...] [--dtype NAME ...] [--impl NAME ...]
 
 Each case is timed on one device, in one run, for each implementation:
 gpu_ops' default (fast) kernels, the seed's apex-derived kernels (on a GPU)
@@ -247,6 +247,10 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=2)
     parser.add_argument("--row-len", type=int, nargs="+",
                         help="only the cases of these row lengths")
+    parser.add_argument("--rows", type=int, nargs="+",
+                        help="only the cases of these numbers of rows")
+    parser.add_argument("--dtype", nargs="+", choices=["bfloat16", "float32"],
+                        help="only the cases of these dtypes")
     parser.add_argument("--impl", nargs="+", choices=["gpu_ops", "apex_seed", "xla"],
                         help="only these implementations (a partial run, not a results file)")
     args = parser.parse_args(argv)
@@ -256,8 +260,9 @@ def main(argv=None):
     if not on_gpu:
         print("No GPU: running small CPU cases to show the method (not the kernels' speed).")
     cases = GPU_CASES if on_gpu else CPU_CASES
-    if args.row_len:
-        cases = [case for case in cases if case[2] in args.row_len]
+    for wanted, index in ((args.dtype, 0), (args.rows, 1), (args.row_len, 2)):
+        if wanted:
+            cases = [case for case in cases if case[index] in wanted]
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
     out = args.out or (pathlib.Path(__file__).parent / "results"
                        / f"{device_slug(jax.devices()[0].device_kind)}.json")

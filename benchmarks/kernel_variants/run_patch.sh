@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Times a change given as a patch (one that reaches beyond gpu_ops/csrc, which
+# make_variants.py's variants cannot) at the JAX level, against the tree as it
+# is: builds gpu_ops, runs rms_norm_bench.py with BENCH_ARGS (gpu_ops and XLA;
+# then again with XLA_FLAGS=$BASE_XLA_FLAGS where that is set), applies the
+# patch, builds again, runs the GPU tests and the benchmark, and takes the
+# patch back out. On a GPU machine, in the repository root; results under OUT.
+#   BASE_XLA_FLAGS=... benchmarks/kernel_variants/run_patch.sh PATCH OUT "BENCH_ARGS"
+set -u
+patch_file=$1 out=$2 bench_args=$3
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+build() {  # build NAME
+  if ! GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=90 ./build.sh > "$out/build_$1.log" 2>&1; then
+    echo "build of $1 failed"; tail -30 "$out/build_$1.log"; return 1
+  fi
+}
+bench() {  # bench NAME
+  echo "== $1: rms_norm_bench.py $bench_args --impl gpu_ops xla ${XLA_FLAGS:+(XLA_FLAGS=$XLA_FLAGS)}"
+  # shellcheck disable=SC2086  # the benchmark's arguments, split
+  python3 benchmarks/rms_norm_bench.py $bench_args --impl gpu_ops xla \
+    --out "$out/bench_$1.json" 2>&1 | grep -v "^WARNING\|^I0000\|^E0000"
+}
+build base || exit 1
+bench base
+if [ -n "${BASE_XLA_FLAGS:-}" ]; then XLA_FLAGS=$BASE_XLA_FLAGS bench base_flags; fi
+patch -p1 --quiet < "$patch_file" || exit 1
+if build patched; then
+  echo "== patched: tests/test_gpu.py"
+  python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tail -3
+  bench patched
+fi
+patch -p1 -R --quiet < "$patch_file"
