@@ -4,10 +4,11 @@
 # is: builds gpu_ops, runs rms_norm_bench.py with BENCH_ARGS (gpu_ops and XLA;
 # then again with XLA_FLAGS=$BASE_XLA_FLAGS where that is set), applies the
 # patch, builds again, runs the GPU tests and the benchmark, and takes the
-# patch back out. On a GPU machine, in the repository root; results under OUT.
-#   BASE_XLA_FLAGS=... benchmarks/kernel_variants/run_patch.sh PATCH OUT "BENCH_ARGS"
+# patch back out; ROUNDS=N (default 1) runs each benchmark N times. On a GPU
+# machine, in the repository root; results under OUT.
+#   [ROUNDS=N] [BASE_XLA_FLAGS=...] run_patch.sh PATCH OUT "BENCH_ARGS"
 set -u
-patch_file=$1 out=$2 bench_args=$3
+patch_file=$1 out=$2 bench_args=$3 rounds=${ROUNDS:-1}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 build() {  # build NAME
@@ -22,12 +23,14 @@ bench() {  # bench NAME
     --out "$out/bench_$1.json" 2>&1 | grep -v "^WARNING\|^I0000\|^E0000"
 }
 build base || exit 1
-bench base
-if [ -n "${BASE_XLA_FLAGS:-}" ]; then XLA_FLAGS=$BASE_XLA_FLAGS bench base_flags; fi
+for round in $(seq "$rounds"); do
+  bench "base_$round"
+  if [ -n "${BASE_XLA_FLAGS:-}" ]; then XLA_FLAGS=$BASE_XLA_FLAGS bench "base_flags_$round"; fi
+done
 patch -p1 --quiet < "$patch_file" || exit 1
 if build patched; then
   echo "== patched: tests/test_gpu.py"
   python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tail -3
-  bench patched
+  for round in $(seq "$rounds"); do bench "patched_$round"; done
 fi
 patch -p1 -R --quiet < "$patch_file"
