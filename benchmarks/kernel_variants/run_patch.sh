@@ -22,6 +22,9 @@ bench() {  # bench NAME
   python3 benchmarks/rms_norm_bench.py $bench_args --impl gpu_ops xla \
     --out "$out/bench_$1.json" 2>&1 | grep -v "^WARNING\|^I0000\|^E0000"
 }
+# From scratch: on a machine kept warm since another run, objects built from
+# other sources may be newer than the files copied in, and would be reused.
+rm -rf build
 build base || exit 1
 for round in $(seq "$rounds"); do
   bench "base_$round"
