@@ -8,23 +8,20 @@
 # machine, in the repository root; results under OUT.
 #   [ROUNDS=N] [BASE_XLA_FLAGS=...] run_patch.sh PATCH OUT "BENCH_ARGS"
 set -u
+# shellcheck source=jax_level_steps.sh
+. "$(dirname "$0")/jax_level_steps.sh"
 patch_file=$1 out=$2 bench_args=$3 rounds=${ROUNDS:-1}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 build() {  # build NAME
-  if ! GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=90 ./build.sh > "$out/build_$1.log" 2>&1; then
-    echo "build of $1 failed"; tail -30 "$out/build_$1.log"; return 1
-  fi
+  build_gpu_ops "$out/build_$1.log" || { echo "build of $1 failed"; return 1; }
 }
 bench() {  # bench NAME
   echo "== $1: rms_norm_bench.py $bench_args --impl gpu_ops xla ${XLA_FLAGS:+(XLA_FLAGS=$XLA_FLAGS)}"
   # shellcheck disable=SC2086  # the benchmark's arguments, split
   python3 benchmarks/rms_norm_bench.py $bench_args --impl gpu_ops xla \
-    --out "$out/bench_$1.json" 2>&1 | grep -v "^WARNING\|^I0000\|^E0000"
+    --out "$out/bench_$1.json" 2>&1 | without_log_noise
 }
-# From scratch: on a machine kept warm since another run, objects built from
-# other sources may be newer than the files copied in, and would be reused.
-rm -rf build
 build base || exit 1
 for round in $(seq "$rounds"); do
   bench "base_$round"
