@@ -31,6 +31,7 @@
 #   run_set.sh cluster_words          the run in h200_cluster_words.log
 #   run_set.sh shared16               the run in h200_shared16.log
 #   run_set.sh last_use               part 1 of h200_last_use.log
+#   run_set.sh grid_staged            part 1 of h100_grid_staged.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -86,7 +87,7 @@ elif [ "$SET" = row_sums ]; then
   TIMED=("${GRID_TIMED[@]}")
   NCU=("bf16 32 262144")
   NCU_FULL=("bwd bf16 32 262144")
-elif [ "$SET" = dw_late ]; then
+elif [ "$SET" = dw_late ] || [ "$SET" = grid_staged ]; then
   CHECKS=("${GRID_CHECKS[@]}")
   TIMED=("${GRID_TIMED[@]}")
   NCU=("bf16 32 262144")
