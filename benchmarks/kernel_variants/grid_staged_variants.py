@@ -38,16 +38,16 @@ ALL_AT_ONCE = """  // 1. Load (row j's vectors as cp.async group j), then, as ea
   }
 """
 
-def staged(stages, in_order):
-    """The rows in `stages` stages; requested in stage order if `in_order`."""
-    order = ("its row j + kStageRows once row j has\n  // arrived" if in_order
+def staged(ends, in_order):
+    """The rows in stages ending at rows `ends`; requested in stage order if `in_order`."""
+    order = ("its row j + kFirstIssued once row j has\n  // arrived" if in_order
              else "every row at the start")
-    issue = f"""  // Rows in {stages} stages of kStageRows rows a thread, each with its own
-  // grid-wide barrier; a thread requests {order}.
-  constexpr int kStages = {stages};
-  constexpr int kStageRows = kMaxGridRows / kStages;
+    issue = f"""  // Rows in stages, stage s up to row kStageEnds[s] of a thread, each with
+  // its own grid-wide barrier; a thread requests {order}.
+  constexpr int kStages = {len(ends)};
+  constexpr int kStageEnds[kStages] = {{{", ".join(map(str, ends))}}};
   constexpr bool kInOrder = {"true" if in_order else "false"};
-  constexpr int kFirstIssued = kInOrder ? kStageRows : kMaxGridRows;
+  constexpr int kFirstIssued = kInOrder ? kStageEnds[0] : kMaxGridRows;
   P dy_registers[kDyRegisterRows];
   auto issue = [&](int j) {{
     const int64_t at_row = int64_t{{row_of(j)}} * row_vectors + column;
@@ -72,15 +72,16 @@ STAGES = """  const int lane = threadIdx.x % kWarpSize;
   auto grid = cooperative_groups::this_grid();
 #pragma unroll
   for (int stage = 0; stage < kStages; ++stage) {
-    const int first_j = stage * kStageRows;
+    const int first_j = stage == 0 ? 0 : kStageEnds[stage - 1];
+    const int end_j = kStageEnds[stage];
     if (first_j >= rows_per_thread) break;  // the same in every block
     const int first_row = first_j * groups;
-    const int end_row = std::min(rows, (first_j + kStageRows) * groups);
+    const int end_row = std::min(rows, end_j * groups);
 #pragma unroll
-    for (int j = first_j; j < first_j + kStageRows; ++j) {
+    for (int j = first_j; j < end_j; ++j) {
       // Groups committed before this row: kFirstIssued, plus one per row
-      // before it whose row kStageRows further on it requested.
-      constexpr int kMaxLater = kMaxGridRows - kStageRows;
+      // before it whose row kFirstIssued further on it requested.
+      constexpr int kMaxLater = kMaxGridRows - kFirstIssued;
       const int committed =
           kFirstIssued + (kInOrder ? (j < kMaxLater ? j : kMaxLater) : 0);
       __pipeline_wait_prior(committed - 1 - j);  // row j's copies are in
@@ -96,7 +97,7 @@ STAGES = """  const int lane = threadIdx.x % kWarpSize;
           dwv[e] += dy_x * inv;
         }
       }
-      if (kInOrder && j + kStageRows < kMaxGridRows) issue(j + kStageRows);
+      if (kInOrder && j + kFirstIssued < kMaxGridRows) issue(j + kFirstIssued);
       sum = WarpSum(sum);  // a warp lies within one group: same rows
       if (lane == 0 && j < rows_per_thread) warp_sums[j][warp] = sum;
     }
@@ -122,7 +123,7 @@ STAGES = """  const int lane = threadIdx.x % kWarpSize;
     }
     __syncthreads();
 #pragma unroll
-    for (int j = first_j; j < first_j + kStageRows; ++j) {
+    for (int j = first_j; j < end_j; ++j) {
       if (!holds(j)) continue;
       const int row = row_of(j);
       const float inv = row_inv[row];
@@ -141,18 +142,22 @@ COMMITTED_PHASES_START = "  const int lane = threadIdx.x % kWarpSize;\n"
 COMMITTED_PHASES_END = "  // The weight gradient of the block's columns"
 
 
-def variant(stages, in_order, dy_registers=3):
+def variant(ends, in_order, dy_registers=3):
     committed = between(source(COMMIT, GRID), COMMITTED_PHASES_START, COMMITTED_PHASES_END)
-    return {GRID: [(ALL_AT_ONCE, staged(stages, in_order)), (committed, STAGES),
+    return {GRID: [(ALL_AT_ONCE, staged(ends, in_order)), (committed, STAGES),
                    ("constexpr int kDyRegisterRows = 3;",
                     f"constexpr int kDyRegisterRows = {dy_registers};")]}
 
 
 VARIANTS = {
     "base": ("the kernels as committed", {}),
-    "g2": ("grid backward in 2 stages, every row requested at the start", variant(2, False)),
-    "g4": ("grid backward in 4 stages, every row requested at the start", variant(4, False)),
+    "g2": ("grid backward in 2 stages, every row requested at the start", variant((4, 8), False)),
+    "g4": ("grid backward in 4 stages, every row requested at the start",
+           variant((2, 4, 6, 8), False)),
     "s2": ("grid backward in 2 stages, rows requested in stage order, 2 of dy's vectors in "
-           "registers (with 3 ptxas spilled)", variant(2, True, dy_registers=2)),
-    "s4": ("grid backward in 4 stages, rows requested in stage order", variant(4, True)),
+           "registers (with 3 ptxas spilled)", variant((4, 8), True, dy_registers=2)),
+    "s4": ("grid backward in 4 stages, rows requested in stage order", variant((2, 4, 6, 8), True)),
+    "s53": ("s2 with stages of 5 and 3 rows", variant((5, 8), True, dy_registers=2)),
+    "s62": ("s2 with stages of 6 and 2 rows", variant((6, 8), True, dy_registers=2)),
+    "s71": ("s2 with stages of 7 and 1 rows", variant((7, 8), True, dy_registers=2)),
 }
