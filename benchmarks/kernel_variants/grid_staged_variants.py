@@ -42,12 +42,10 @@ def staged(ends, in_order):
     """The rows in stages ending at rows `ends`; requested in stage order if `in_order`."""
     order = ("its row j + kFirstIssued once row j has\n  // arrived" if in_order
              else "every row at the start")
-    issue = f"""  // Rows in stages, stage s up to row kStageEnds[s] of a thread, each with
+    issue = f"""  // Rows in stages that end at rows {", ".join(map(str, ends))} of a thread, each with
   // its own grid-wide barrier; a thread requests {order}.
-  constexpr int kStages = {len(ends)};
-  constexpr int kStageEnds[kStages] = {{{", ".join(map(str, ends))}}};
   constexpr bool kInOrder = {"true" if in_order else "false"};
-  constexpr int kFirstIssued = kInOrder ? kStageEnds[0] : kMaxGridRows;
+  constexpr int kFirstIssued = kInOrder ? {ends[0]} : kMaxGridRows;
   P dy_registers[kDyRegisterRows];
   auto issue = [&](int j) {{
     const int64_t at_row = int64_t{{row_of(j)}} * row_vectors + column;
@@ -65,20 +63,20 @@ def staged(ends, in_order):
     return issue
 
 
-STAGES = """  const int lane = threadIdx.x % kWarpSize;
+STAGE = """  const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int warps_per_group = columns / kWarpSize;
   float dwv[P::kSize] = {};
   auto grid = cooperative_groups::this_grid();
+  // One stage: each thread's rows kFirst to kEnd - 1 (constants, so that
+  // every loop over them unrolls).
+  auto stage = [&](auto first, auto end) {
+    constexpr int kFirst = decltype(first)::value;
+    constexpr int kEnd = decltype(end)::value;
+    const int first_row = kFirst * groups;
+    const int end_row = std::min(rows, kEnd * groups);
 #pragma unroll
-  for (int stage = 0; stage < kStages; ++stage) {
-    const int first_j = stage == 0 ? 0 : kStageEnds[stage - 1];
-    const int end_j = kStageEnds[stage];
-    if (first_j >= rows_per_thread) break;  // the same in every block
-    const int first_row = first_j * groups;
-    const int end_row = std::min(rows, end_j * groups);
-#pragma unroll
-    for (int j = first_j; j < end_j; ++j) {
+    for (int j = kFirst; j < kEnd; ++j) {
       // Groups committed before this row: kFirstIssued, plus one per row
       // before it whose row kFirstIssued further on it requested.
       constexpr int kMaxLater = kMaxGridRows - kFirstIssued;
@@ -123,7 +121,7 @@ STAGES = """  const int lane = threadIdx.x % kWarpSize;
     }
     __syncthreads();
 #pragma unroll
-    for (int j = first_j; j < end_j; ++j) {
+    for (int j = kFirst; j < kEnd; ++j) {
       if (!holds(j)) continue;
       const int row = row_of(j);
       const float inv = row_inv[row];
@@ -134,8 +132,21 @@ STAGES = """  const int lane = threadIdx.x % kWarpSize;
                          reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,
                          row_vectors, at);
     }
-  }
+  };
 """
+
+
+def stages(ends):
+    """STAGE, then a call of it for each stage (a stage past the rows a
+    thread holds, the same in every block, is left out)."""
+    calls, first = [], 0
+    for end in ends:
+        call = (f"stage(std::integral_constant<int, {first}>{{}}, "
+                f"std::integral_constant<int, {end}>{{}});")
+        calls.append(f"  {call}\n" if first == 0 else f"  if ({first} < rows_per_thread) {call}\n")
+        first = end
+    return STAGE + "".join(calls)
+
 
 # From the first row's wait to the last store of dx, as committed.
 COMMITTED_PHASES_START = "  const int lane = threadIdx.x % kWarpSize;\n"
@@ -144,7 +155,8 @@ COMMITTED_PHASES_END = "  // The weight gradient of the block's columns"
 
 def variant(ends, in_order, dy_registers=3):
     committed = between(source(COMMIT, GRID), COMMITTED_PHASES_START, COMMITTED_PHASES_END)
-    return {GRID: [(ALL_AT_ONCE, staged(ends, in_order)), (committed, STAGES),
+    return {GRID: [("#include <optional>\n", "#include <optional>\n#include <type_traits>\n"),
+                   (ALL_AT_ONCE, staged(ends, in_order)), (committed, stages(ends)),
                    ("constexpr int kDyRegisterRows = 3;",
                     f"constexpr int kDyRegisterRows = {dy_registers};")]}
 
