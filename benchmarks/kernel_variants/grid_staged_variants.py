@@ -11,32 +11,20 @@ stage's last rows could arrive as late as any. Here, on today's kernel:
 - `g2`, `g4`: the rows in 2 or 4 stages, every row requested at the start
   (h200_stages.log's `g2` and `g4` with today's reading of the row sums);
 - `s2`, `s4`: the same stages, with the rows requested in stage order: a
-  thread requests its row j + rows-per-stage once its row j has arrived, so
-  the memory serves one stage's rows before the next's, and a stage's dx is
-  written while the next stage's rows arrive. `s2` holds 2 of dy's
-  vectors in registers, not 3, so that ptxas does not spill (as
-  h200_stages.log's `g2` did; there `d2`, that change alone, changed
-  nothing).
+  thread requests its row j + (the first stage's rows) once its row j has
+  arrived, so the memory serves one stage's rows before the next's, and a
+  stage's dx is written while the next stage's rows arrive;
+- `s53`, `s62`, `s71`: `s2` with stages of 5 and 3, 6 and 2, 7 and 1 rows.
+`s2` and the uneven stages hold 2 of dy's vectors in registers, not 3, so
+that ptxas does not spill (as h200_stages.log's `g2` did; there `d2`, that
+change alone, changed nothing). Part 1 of the log ran commit 345463d's
+texts of `s2`, `s4`, `g2` and `g4`, the same stages written for one size;
+written as here (commit 277bbe5 on), `g2` spills 8 bytes in bfloat16.
 """
 from make_variants import GRID, between, source
 
 COMMIT = "3c90ba2"
 
-ALL_AT_ONCE = """  // 1. Load (row j's vectors as cp.async group j), then, as each row's
-  // arrive, add up its dy * w * x and the weight gradient dy * x * inv.
-  P dy_registers[kDyRegisterRows];
-#pragma unroll
-  for (int j = 0; j < kMaxGridRows; ++j) {
-    const int64_t at_row = int64_t{row_of(j)} * row_vectors + column;
-    if (holds(j)) CopyLastUse(slot(j), xp + at_row);
-    if (j < kDyRegisterRows) {
-      dy_registers[j] = VectorOrZeros<kLastUse>(holds(j), dyp + at_row);
-    } else if (holds(j)) {
-      CopyLastUse(dy_slot(j), dyp + at_row);
-    }
-    __pipeline_commit();
-  }
-"""
 
 def staged(ends, in_order):
     """The rows in stages ending at rows `ends`; requested in stage order if `in_order`."""
@@ -148,15 +136,19 @@ def stages(ends):
     return STAGE + "".join(calls)
 
 
-# From the first row's wait to the last store of dx, as committed.
-COMMITTED_PHASES_START = "  const int lane = threadIdx.x % kWarpSize;\n"
-COMMITTED_PHASES_END = "  // The weight gradient of the block's columns"
+# The committed kernel's parts that the variants replace: its loads, every
+# row's at the start; and its phases, from the first row's wait to the last
+# store of dx.
+LOADS = ("  // 1. Load (row j's vectors", "  auto dy_of = ")
+PHASES = ("  const int lane = threadIdx.x % kWarpSize;\n",
+          "  // The weight gradient of the block's columns")
 
 
 def variant(ends, in_order, dy_registers=3):
-    committed = between(source(COMMIT, GRID), COMMITTED_PHASES_START, COMMITTED_PHASES_END)
+    committed = source(COMMIT, GRID)
     return {GRID: [("#include <optional>\n", "#include <optional>\n#include <type_traits>\n"),
-                   (ALL_AT_ONCE, staged(ends, in_order)), (committed, stages(ends)),
+                   (between(committed, *LOADS), staged(ends, in_order)),
+                   (between(committed, *PHASES), stages(ends)),
                    ("constexpr int kDyRegisterRows = 3;",
                     f"constexpr int kDyRegisterRows = {dy_registers};")]}
 
