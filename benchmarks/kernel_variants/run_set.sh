@@ -31,7 +31,7 @@
 #   run_set.sh cluster_words          the run in h200_cluster_words.log
 #   run_set.sh shared16               the run in h200_shared16.log
 #   run_set.sh last_use               part 1 of h200_last_use.log
-#   run_set.sh grid_staged            part 1 of h100_grid_staged.log
+#   run_set.sh grid_staged            parts 1, 3 and 4 of h100_grid_staged.log
 set -u
 NCU=()
 NCU_FULL=()
