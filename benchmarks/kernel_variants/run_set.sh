@@ -32,6 +32,7 @@
 #   run_set.sh shared16               the run in h200_shared16.log
 #   run_set.sh last_use               part 1 of h200_last_use.log
 #   run_set.sh grid_staged            parts 1, 3 and 4 of h100_grid_staged.log
+#   run_set.sh cluster16              part 1 of h100_cluster16.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -197,7 +198,7 @@ elif [ "$SET" = cluster_words ]; then
   CHECKS=("bf16 999 16376" "bf16 1001 16384" "bf16 1001 32768" "bf16 67 65536" "f32 999 16376" "bf16 1001 1024")
   TIMED=("bf16 16384 16384" "bf16 32768 16384" "bf16 4096 32768" "bf16 2048 65536" "bf16 16384 4096"
          "bf16 16384 1024" "f32 16384 16384")
-elif [ "$SET" = shared16 ]; then
+elif [ "$SET" = shared16 ] || [ "$SET" = cluster16 ]; then
   # The shared-row forward: the seed shape, rows that leave a cluster's last
   # blocks part-used (131,080 values), odd row counts, rows of a second
   # round (1,024 rows); float32 rows of 262,144 (the split-row kernels in
