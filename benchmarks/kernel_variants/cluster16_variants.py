@@ -14,10 +14,10 @@ shape's forward + backward is 0.2 to 0.8 µs short of its 80%
   float32 rows of 262,144, as before.
 """
 from make_variants import COMMON, SHARED
+from shared16_variants import SLOTS16
 
 COMMIT = "82ec514"
 
-SLOTS16 = [("  float blocks[2][kMaxCluster];\n", "  float blocks[2][16];\n")]
 FEW_ROWS_IN_16 = [
     ("        for (int cluster = kMaxCluster; cluster >= 2; cluster /= 2) {\n",
      "        // Rows that clusters of 8 would all take at once: clusters of 16.\n"
