@@ -2,7 +2,7 @@
 
 h200_shared16.log found the seed shape's shared-row forward (bfloat16 32 x
 262,144) faster in clusters of 16 blocks of 32 KiB (`s16`) than of 8 of 64
-KiB, on an H200: 11.6 to 11.0 µs at the JAX level, 0.5 to 0.6 µs off the
+KiB, on an H200: 11.6 to 11.0 µs at the JAX level, 0.55 and 0.64 µs off the
 forward + backward under the profiler. It was not adopted because it made
 rows that clusters of 8 take in several rounds slower (64 x 131,080 by a
 third, 1,024 x 262,144 by 4%), and float32 rows of 262,144 moved to it from
