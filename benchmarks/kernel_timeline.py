@@ -57,14 +57,6 @@ def summarise(lines, ops):
               f" (span {span / ops / 1e3:.2f} us over {ops} ops)")
 
 
-def chain_of(impl, op, dtype, rows, row_len):
-    """(jitted chain of the benchmark's `op` steps of `impl`, its inputs)."""
-    x = jax.random.normal(jax.random.key(0), (rows, row_len), jnp.float32).astype(dtype)
-    weight = jnp.ones((row_len,), dtype)
-    dy = x if op == "fwd_bwd" else jnp.zeros((), dtype)
-    return bench.chained(bench.op_functions(impl)[op][1]), (x, weight, dy)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16")
@@ -75,16 +67,20 @@ def main(argv=None):
     parser.add_argument("--op", nargs="+", default=["fwd", "fwd_bwd"])
     args = parser.parse_args(argv)
     on_gpu = jax.default_backend() == "gpu"
+    key = jax.random.key(0)
+    x = jax.random.normal(key, (args.rows, args.row_len), jnp.float32).astype(args.dtype)
+    weight = jnp.ones((args.row_len,), args.dtype)
     for name, impl in bench.implementations(on_gpu).items():
         if args.impl and name not in args.impl:
             continue
         for op in args.op:
-            fn, inputs = chain_of(impl, op, args.dtype, args.rows, args.row_len)
-            jax.block_until_ready(fn(*inputs))
+            dy = x if op == "fwd_bwd" else jnp.zeros((), args.dtype)
+            fn = bench.chained(bench.op_functions(impl)[op][1])
+            jax.block_until_ready(fn(x, weight, dy))
             with tempfile.TemporaryDirectory() as trace_dir:
                 with jax.profiler.trace(trace_dir):
                     for _ in range(args.calls):
-                        out = fn(*inputs)
+                        out = fn(x, weight, dy)
                     jax.block_until_ready(out)
                 lines, others = kernel_events(trace_dir)
             print(f"{name} {op} {args.dtype} {args.rows} x {args.row_len}:")
