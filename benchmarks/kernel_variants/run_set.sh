@@ -33,6 +33,7 @@
 #   run_set.sh last_use               part 1 of h200_last_use.log
 #   run_set.sh grid_staged            parts 1, 3 and 4 of h100_grid_staged.log
 #   run_set.sh cluster16              part 1 of h100_cluster16.log
+#   run_set.sh grid_forward           part 1 of h100_grid_forward.log
 set -u
 NCU=()
 NCU_FULL=()
@@ -208,6 +209,17 @@ elif [ "$SET" = shared16 ] || [ "$SET" = cluster16 ]; then
           "bf16 1001 16384")
   TIMED=("bf16 32 262144" "bf16 1024 262144" "bf16 64 131080" "f32 32 262144" "f32 128 262144"
          "bf16 16384 16384" "bf16 4096 32768" "bf16 16384 1024")
+elif [ "$SET" = grid_forward ]; then
+  # The grid forward: the seed shape in both types, a row count that leaves
+  # a thread group one row more than the others (33), blocks whose last
+  # columns lie past the row's end (7 x 1,000,000), few rows (5); rows whose
+  # sums do not fit chunk_sums (67 x 131,080) or too many to hold (1,024 x
+  # 262,144) take the shared-row forward as before; a cluster forward as a
+  # control.
+  CHECKS=("bf16 32 262144" "f32 32 262144" "bf16 33 262144" "bf16 7 1000000" "bf16 5 262144" "bf16 67 131080"
+          "bf16 1001 16384")
+  TIMED=("bf16 32 262144" "f32 32 262144" "bf16 16 524288" "f32 16 262144" "bf16 64 131080" "bf16 1024 262144"
+         "bf16 16384 16384")
 elif [ "$SET" = last_use ]; then
   # The grid backward's cases and every shape of FastBackwardKernel.
   CHECKS=("${GRID_CHECKS[@]}" "${BACKWARD_CHECKS[@]}")
