@@ -114,16 +114,23 @@ def test_forward_of_one_row_per_1024_thread_block(dtype, shape):
     reference.check_op(gpu_ops.rms_norm, x, weight, dy)
 
 
-# Inputs the grid backward takes (rms_norm_grid_backward.cu): the seed's
-# shape (8 rows a thread), a last group of rows and a last block of columns
-# left part empty (float32 17 x 131,080: 5 rows a thread, two of dy's in
-# shared memory), and one group of 1024-thread columns (7 rows).
-GRID_BACKWARD_CASES = [((32, 262_144), jnp.bfloat16), ((17, 131_080), jnp.float32),
-                       ((7, 1_000_000), jnp.float16), ((3, 131_080), jnp.bfloat16)]
+# Inputs the grid kernels take (rms_norm_grid_rows.cu). The backward: the
+# seed's shape (8 rows a thread), a last group of rows and a last block of
+# columns left part empty (float32 17 x 131,080: 5 rows a thread, two of
+# dy's in shared memory), and one group of 1024-thread columns (7 rows). The
+# forward takes the seed's shape and 7 x 1,000,000 (its last block of columns
+# part empty) too, and 33 x 262,144 (one group of rows one row longer than
+# the others, 6 of its 9 in shared memory) and float32 32 x 262,144 (16 rows
+# a thread, 13 in shared memory, its most); on 132 SMs the sums of 131,080
+# values a row do not fit its scratch, and those rows go to the other
+# forward kernels.
+GRID_CASES = [((32, 262_144), jnp.bfloat16), ((17, 131_080), jnp.float32),
+              ((7, 1_000_000), jnp.float16), ((3, 131_080), jnp.bfloat16),
+              ((33, 262_144), jnp.bfloat16), ((32, 262_144), jnp.float32)]
 
 
-@pytest.mark.parametrize("shape,dtype", GRID_BACKWARD_CASES)
-def test_grid_backward(shape, dtype):
+@pytest.mark.parametrize("shape,dtype", GRID_CASES)
+def test_grid_kernels(shape, dtype):
     kx, kw, kd = jax.random.split(jax.random.key(6), 3)
     x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
     weight = (1 + 0.3 * jax.random.normal(kw, shape[-1:], jnp.float32)).astype(dtype)

@@ -14,12 +14,15 @@ CASES = [
     ((300, 1000), jnp.float16, jnp.bfloat16),
     ((2, 4, 512, 4), jnp.bfloat16, jnp.bfloat16),
     ((0, 16), jnp.float32, jnp.float32),
-    # the fast kernels: several rows per block, a block per row, a cluster per
-    # row, a row split over many blocks (the last chunk cut short; the
-    # backwards of these two take the grid backward)
+    # the fast kernels: several rows per block, a block per row, the grid
+    # kernels, a cluster per row (the shared-row forward: on 132 SMs the
+    # grid forward's sums of these rows do not fit its scratch), a row split
+    # over many blocks (the last chunk cut short; the backwards of the last
+    # three take the grid backward)
     ((67, 1024), jnp.bfloat16, jnp.bfloat16),
     ((67, 16384), jnp.bfloat16, jnp.bfloat16),
     ((5, 262144), jnp.bfloat16, jnp.bfloat16),
+    ((3, 131080), jnp.bfloat16, jnp.bfloat16),
     ((3, 131080), jnp.float32, jnp.float32),
     ((9, 2048), jnp.float32, jnp.float32),
     # more rows than the GPU holds backward teams for: each loops through its ring
@@ -28,9 +31,10 @@ CASES = [
     # more rows than the GPU holds forward blocks of 1024 threads for: each
     # works through several rows, loading the next before it writes one
     ((301, 16384), jnp.bfloat16, jnp.bfloat16),
-    # the grid backward: a last group of rows and a last block of columns
-    # left part empty, and one group of 1024-thread columns; and rows one
-    # thread group too many for it (the split-row backward)
+    # the grid kernels: a last group of rows and a last block of columns
+    # left part empty, and one group of 1024-thread columns (both forward
+    # and backward); and rows one thread group too many for the backward
+    # (the split-row backward; the grid forward, 10 rows a thread)
     ((17, 131080), jnp.float32, jnp.float32),
     ((7, 1_000_000), jnp.float16, jnp.float16),
     ((40, 262144), jnp.bfloat16, jnp.bfloat16),

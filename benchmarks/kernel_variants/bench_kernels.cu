@@ -1,7 +1,8 @@
 // Scratch microbenchmark: times the fast kernels of one variant of
-// rms_norm_fast.cu (TryFast*, else rms_norm_shared_rows.cu's forward unless
-// BENCH_NO_SHARED is set and rms_norm_grid_backward.cu's backward unless
-// BENCH_NO_GRID is set, else rms_norm_split_rows.cu's TrySplitRows*)
+// rms_norm_fast.cu (TryFast*, else the grid kernels, rms_norm_grid_rows.cu
+// or before it rms_norm_grid_backward.cu, unless BENCH_NO_GRID is set and,
+// in the forward, rms_norm_shared_rows.cu's unless BENCH_NO_SHARED is set,
+// else rms_norm_split_rows.cu's TrySplitRows*)
 // with CUDA events. BENCH_CHECK=1: first compares y, dx and dw of cases of
 // at most 2^24 values with a float64 reference computed on the host.
 #include "rms_norm_fast.cu"
@@ -12,11 +13,17 @@
 #else
 #define BENCH_SHARED_ROWS 0
 #endif
-#if __has_include("rms_norm_grid_backward.cu")  // sources of this session on
+#if __has_include("rms_norm_grid_rows.cu")  // sources of the grid forward on
+#include "rms_norm_grid_rows.cu"
+#define BENCH_GRID_BACKWARD 1
+#define BENCH_GRID_FORWARD 1
+#elif __has_include("rms_norm_grid_backward.cu")  // sources of commit fb9bfb8 on
 #include "rms_norm_grid_backward.cu"
 #define BENCH_GRID_BACKWARD 1
+#define BENCH_GRID_FORWARD 0
 #else
 #define BENCH_GRID_BACKWARD 0
+#define BENCH_GRID_FORWARD 0
 #endif
 #include "cuda_scratch.h"
 #include "bench_buffers.cuh"
@@ -73,12 +80,16 @@ int main(int argc, char** argv) {
     ForwardBuffers fb{bx.any(), bw.any(), by.any(), binv.any(), bchunks.any()};
     BackwardBuffers bb{bdy.any(), binv.any(), bx.any(), bw.any(), bdx.any(), bdw.any(), bpart.any(), bchunks.any()};
     RowGeometry g{c.rows, c.len};
-    bool fast_f = true, fast_b = true, split_f = false, split_b = false, shared_f = false, grid_b = false;
+    bool fast_f = true, fast_b = true, split_f = false, split_b = false, shared_f = false, grid_f = false, grid_b = false;
     // BENCH_ONLY=fwd or bwd times one direction only (for profiling).
     const char* only = getenv("BENCH_ONLY");
     const bool do_f = !only || std::string(only) == "fwd", do_b = !only || std::string(only) == "bwd";
     // One call of each direction: the fast kernels, else the split-row ones.
-    auto fwd = [&] { auto r = TryFastForward(0, fb, g, 1e-5); if (!r && !getenv("BENCH_NO_SHARED")) {
+    auto fwd = [&] { auto r = TryFastForward(0, fb, g, 1e-5);
+#if BENCH_GRID_FORWARD
+    if (!r && !getenv("BENCH_NO_GRID")) { r = TryGridForward(0, fb, g, 1e-5); grid_f = r.has_value(); }
+#endif
+    if (!r && !getenv("BENCH_NO_SHARED")) {
 #if BENCH_SHARED_ROWS
       r = TrySharedRowForward(0, fb, g, 1e-5); shared_f = r.has_value();
 #endif
@@ -114,7 +125,7 @@ int main(int argc, char** argv) {
     }
     double fbytes = 2.0 * n * item, bbytes = 3.0 * n * item;
     printf("%s %s %6ld x %-7ld fwd %8.1f us %6.0f GB/s %3.0f%%%s | bwd %8.1f us %6.0f GB/s %3.0f%%%s\n", label, c.bf16 ? "bf16" : "f32 ",
-           (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? (split_f ? " (split)" : shared_f ? " (shared)" : "") : " (fallback)",
+           (long)c.rows, (long)c.len, fus, fbytes / fus / 1e3, 100 * fbytes / fus / 1e3 / copy_gbps, fast_f ? (split_f ? " (split)" : shared_f ? " (shared)" : grid_f ? " (grid)" : "") : " (fallback)",
            bus, bbytes / bus / 1e3, 100 * bbytes / bus / 1e3 / copy_gbps, fast_b ? (split_b ? " (split)" : grid_b ? " (grid)" : "") : " (fallback)");
     printf("    host us per call: fwd %.2f bwd %.2f\n", fhost, bhost);
     fflush(stdout);

@@ -12,7 +12,9 @@
 //   those rows up.
 // - chunk_sums (forward and backward): a float32 vector of one sum per chunk
 //   of a row for the split-row kernels (rms_norm_split_rows.cu), which take
-//   only rows longer than kSplitRowsAbove; empty for shorter rows.
+//   only rows longer than kSplitRowsAbove; empty for shorter rows. The grid
+//   forward (rms_norm_grid_rows.cu) keeps a sum per row and block in it, and
+//   leaves inputs whose sums it cannot hold to the other kernels.
 #ifndef GPU_OPS_CUDA_SCRATCH_H_
 #define GPU_OPS_CUDA_SCRATCH_H_
 

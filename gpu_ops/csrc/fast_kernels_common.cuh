@@ -295,7 +295,7 @@ constexpr bool kLastUse = true;
 // __pipeline_memcpy_async does (its commits and waits apply), marked as the
 // op's last read of them: evict first from L2 (a createpolicy cache hint), so
 // that L2 keeps what the op writes, which the next op reads, rather than
-// what it has read (rms_norm_grid_backward.cu).
+// what it has read (rms_norm_grid_rows.cu).
 template <typename P>
 __device__ __forceinline__ void CopyLastUse(P* to, const P* from) {
   static_assert(sizeof(P) == 16, "16-byte copies");

@@ -51,6 +51,9 @@ ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     if (auto launched = TryFastForward(stream, buffers, g, eps)) {
       return *launched;
     }
+    if (auto launched = TryGridForward(stream, buffers, g, eps)) {
+      return *launched;
+    }
     if (auto launched = TrySharedRowForward(stream, buffers, g, eps)) {
       return *launched;
     }

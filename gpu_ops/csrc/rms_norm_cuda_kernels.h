@@ -7,12 +7,13 @@
 //     on chip so x is read once, a team of threads (or a cluster of blocks,
 //     for long rows) per row, and a one-pass backward; nullopt for rows too
 //     long for a team;
-//   - rms_norm_shared_rows.cu (TrySharedRowForward): in the forward, those
-//     longer rows that a cluster of blocks holds in shared memory, in one
-//     pass; nullopt for longer rows, and on GPUs without clusters;
-//   - rms_norm_grid_backward.cu (TryGridBackward): in the backward, those
-//     longer rows whose x and dy the whole GPU holds at once, in one pass
-//     with a grid-wide barrier;
+//   - rms_norm_grid_rows.cu (TryGridForward, TryGridBackward): those longer
+//     rows whose x (and in the backward, dy) the whole GPU holds at once, in
+//     one pass with a grid-wide barrier;
+//   - rms_norm_shared_rows.cu (TrySharedRowForward): in the forward, the
+//     rest of those longer rows that a cluster of blocks holds in shared
+//     memory, in one pass; nullopt for longer rows, and on GPUs without
+//     clusters;
 //   - rms_norm_split_rows.cu (TrySplitRows*): the rest, each row split over
 //     many blocks, in two passes.
 // - The seed tutorial's kernels (rms_norm_apex_seed.cu), derived from NVIDIA
@@ -61,6 +62,9 @@ std::optional<ffi::Error> TrySharedRowForward(cudaStream_t stream,
                                               const ForwardBuffers& b,
                                               RowGeometry g, double eps);
 
+std::optional<ffi::Error> TryGridForward(cudaStream_t stream,
+                                         const ForwardBuffers& b,
+                                         RowGeometry g, double eps);
 std::optional<ffi::Error> TryGridBackward(cudaStream_t stream,
                                           const BackwardBuffers& b,
                                           RowGeometry g);

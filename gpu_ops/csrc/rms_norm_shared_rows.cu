@@ -1,7 +1,9 @@
 // The RMS norm forward for rows too long for a cluster's registers that fit
 // in its shared memory at 64 KiB a block: 16-bit rows of 131,073 to 262,144
-// values, such as the seed tutorial's 32 rows of 512 x 512 bfloat16 values
-// (512 KiB a row: 64 KiB in each block of a cluster of 8).
+// values (512 KiB a row: 64 KiB in each block of a cluster of 8), such as
+// 1,024 rows of 512 x 512 bfloat16 values. (Inputs the whole GPU holds at
+// once, the seed tutorial's 32 such rows among them, go to
+// rms_norm_grid_rows.cu.)
 //
 // The split-row forward (rms_norm_split_rows.cu) reads such rows twice, in
 // two kernels. Here a cluster of blocks takes a row at a time: each thread

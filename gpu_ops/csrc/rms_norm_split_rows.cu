@@ -3,11 +3,11 @@
 // the backward on Hopper (a cluster of 8 blocks of 1024 threads), more than
 // 16,384 / 8,192 on GPUs without clusters. The seed tutorial's shape, 32 rows
 // of 512 x 512, is one: a row per cluster would leave most of the GPU idle.
-// (In the forward on Hopper, 16-bit rows of up to 262,144 values go to
-// rms_norm_shared_rows.cu instead, which reads them once, and in the
-// backward, inputs the whole GPU holds at once (the seed's shape among them)
-// go to rms_norm_grid_backward.cu; these kernels take the rest, such as the
-// seed shape's float32 forward.)
+// (Inputs the whole GPU holds at once, the seed's shape among them, go to
+// rms_norm_grid_rows.cu instead, which reads them once, and in the forward
+// on Hopper, other 16-bit rows of up to 262,144 values to
+// rms_norm_shared_rows.cu; these kernels take the rest, such as the seed
+// shape's float32 backward.)
 //
 // Each row is cut into chunks of kSplitThreads x kVectors 16-byte vectors,
 // one block per chunk, and the work takes two passes:

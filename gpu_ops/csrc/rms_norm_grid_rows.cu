@@ -1,0 +1,452 @@
+// RMS norm kernels for inputs small enough for the whole GPU to hold at
+// once, in rows too long for one cluster: such as the seed tutorial's 32
+// rows of 512 x 512 bfloat16 values (16 MB each of x and dy).
+//
+// Each block takes a slice of columns across every row, so that it loads its
+// slice of the weight once and, in the backward, adds up its columns' weight
+// gradient itself; the rows' sums, which every block needs, meet in global
+// memory:
+// 1. each thread loads its vectors (one per row it takes) all at once, as
+//    cp.async copies to shared memory and loads to registers, and as they
+//    arrive the block adds up, for each row, its columns' part of the row's
+//    sum (x * x in the forward, dy * w * x in the backward), and writes it to
+//    row_sums[row][block];
+// 2. the grid waits at a grid-wide barrier (a cooperative launch, which runs
+//    only if all its blocks fit on the GPU at once);
+// 3. every block adds up row_sums over the blocks, in the same order (a
+//    warp reads a row's sums as whole lines, since every block reads them
+//    at once), then writes its columns of y (forward) or of dx, and of dw,
+//    (backward).
+//
+// The forward (GridForwardKernel) keeps its row sums in the call's
+// chunk_sums scratch and the backward (GridBackwardKernel) in its
+// dweight_partials (cuda_scratch.h).
+//
+// The split-row kernels (rms_norm_split_rows.cu) read x, and in the
+// backward dy, twice, in two or three kernels; their second reads mostly
+// miss L2: on an H200, ncu counted 25 of the backward's 34 MB from DRAM
+// (benchmarks/kernel_variants/h200_split_order.log). Here one kernel reads
+// them once.
+// - The backward: in CUDA-event timings on an H200, it took the seed shape's
+//   bfloat16 backward from 29.6 µs (split rows) to 23.0 µs
+//   (benchmarks/kernel_variants/h200_grid_backward.log), and reading the row
+//   sums as whole lines from 24.0 to 21.5 µs (h200_row_sums.log). Its loads
+//   of x and dy are marked as the op's last reads of them (evict first from
+//   L2), which leaves in L2 what the next ops read, y and dx, rather than x
+//   and dy, whose last reader in a step of the benchmark's chain is this
+//   kernel: the seed shape's bfloat16 forward + backward went from 36.2 to
+//   31.1 µs at the JAX level on an H200 (h200_last_use.log).
+// - The forward: the shared-row forward (rms_norm_shared_rows.cu) gives
+//   each row a cluster, so every cluster loads the whole weight. At the JAX
+//   level on an H100, this forward took the seed shape's float32 forward
+//   from 25.2 to 19.7 µs (split rows) and its bfloat16 forward + backward from
+//   36.8 to 35.9 µs, though its bfloat16 forward alone from 12.6 to 13.5 µs
+//   (benchmarks/kernel_variants/h100_grid_forward.log).
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+#include "cuda_common.cuh"
+#include "fast_kernels_common.cuh"
+#include "rms_norm_cuda_kernels.h"
+
+namespace gpu_ops {
+namespace {
+
+constexpr int kGridThreads = 1024;
+constexpr int kGridWarps = kGridThreads / kWarpSize;
+
+// Where a thread's vectors lie. Block b takes column vectors b * columns ...
+// b * columns + columns - 1 of every row; thread t takes column vector
+// t % columns of rows t / columns + j * groups (j < rows_per_thread), where
+// groups = blockDim.x / columns. So each warp reads 512 contiguous bytes of
+// a row, and the threads of a column together cover every row.
+struct GridPlace {
+  int columns, groups, group, column;
+  bool in_row;  // the column lies within the row
+  int rows, rows_per_thread;
+
+  __device__ GridPlace(int columns_, int row_vectors, int rows_,
+                       int rows_per_thread_)
+      : columns(columns_),
+        groups(static_cast<int>(blockDim.x) / columns_),
+        group(static_cast<int>(threadIdx.x) / columns_),
+        column(static_cast<int>(blockIdx.x) * columns_ +
+               static_cast<int>(threadIdx.x) % columns_),
+        in_row(column < row_vectors),
+        rows(rows_),
+        rows_per_thread(rows_per_thread_) {}
+  __device__ int RowOf(int j) const { return group + j * groups; }
+  // Whether the thread's vector j exists.
+  __device__ bool Holds(int j) const {
+    return in_row && j < rows_per_thread && RowOf(j) < rows;
+  }
+  // The thread's vectors, as StoreVectors reads them: one, at `column`.
+  __device__ Place Vectors() const { return Place{0, 0, column, 0}; }
+};
+
+// Step 1's end: the block's sum of each row r (the thread's row r / groups
+// in group r % groups), over the warps of that group in order, from
+// warp_sums[j][warp] (each warp's sum of its row j), to row_sums[r][block].
+template <int kMaxRows>
+__device__ void WriteBlockRowSums(const float (&warp_sums)[kMaxRows][kGridWarps],
+                                  const GridPlace& p,
+                                  float* __restrict__ row_sums) {
+  const int warps_per_group = p.columns / kWarpSize;
+  for (int r = threadIdx.x; r < p.rows; r += blockDim.x) {
+    const int first_warp = (r % p.groups) * warps_per_group;
+    float sum = 0;
+    for (int k = 0; k < warps_per_group; ++k) {
+      sum += warp_sums[r / p.groups][first_warp + k];
+    }
+    row_sums[int64_t{r} * gridDim.x + blockIdx.x] = sum;
+  }
+}
+
+// Step 3's start: each row's total over the blocks, in order, by warp
+// r % kGridWarps, handed to use(r, total) in its lane 0.
+template <typename Use>
+__device__ void ForEachRowTotal(const float* __restrict__ row_sums, int rows,
+                                Use use) {
+  const int lane = threadIdx.x % kWarpSize;
+  for (int r = threadIdx.x / kWarpSize; r < rows; r += kGridWarps) {
+    float sum = 0;
+    const float* sums = row_sums + int64_t{r} * gridDim.x;
+#pragma unroll 4  // the loads in flight together
+    for (int b = lane; b < static_cast<int>(gridDim.x); b += kWarpSize) {
+      sum += sums[b];
+    }
+    sum = WarpSum(sum);
+    if (lane == 0) use(r, sum);
+  }
+}
+
+// Forward: rows a thread takes, the first kForwardRegisterRows in registers
+// and the rest in shared memory: up to 13 vectors, 208 KiB a block.
+constexpr int kMaxGridForwardRows = 16;
+constexpr int kForwardRegisterRows = 3;
+
+int GridForwardSharedBytes(int rows_per_thread) {
+  return std::max(1, rows_per_thread - kForwardRegisterRows) * kGridThreads *
+         16;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kGridThreads, 1)
+    GridForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+                      T* __restrict__ y, float* __restrict__ inv_rms,
+                      float* __restrict__ row_sums, int rows, int row_vectors,
+                      int columns, int rows_per_thread, float inverse_length,
+                      float eps) {
+  using P = Pack<T>;
+  extern __shared__ __align__(128) float4 grid_memory[];
+  __shared__ float warp_sums[kMaxGridForwardRows][kGridWarps];
+  __shared__ float row_inv[kMaxGridForwardRows * kGridWarps];
+  const GridPlace p(columns, row_vectors, rows, rows_per_thread);
+  // Vector j >= kForwardRegisterRows in slot j - kForwardRegisterRows.
+  P* slots = reinterpret_cast<P*>(grid_memory);
+  auto slot = [&](int j) {
+    return slots + (j - kForwardRegisterRows) * blockDim.x + threadIdx.x;
+  };
+  const P* xp = reinterpret_cast<const P*>(x);
+
+  // 1. Load (row j's vector as cp.async group j), then add up the squares
+  // of each row's as it arrives.
+  P registers[kForwardRegisterRows];
+#pragma unroll
+  for (int j = 0; j < kMaxGridForwardRows; ++j) {
+    const int64_t at_row = int64_t{p.RowOf(j)} * row_vectors + p.column;
+    if (j < kForwardRegisterRows) {
+      registers[j] = VectorOrZeros(p.Holds(j), xp + at_row);
+    } else if (p.Holds(j)) {
+      __pipeline_memcpy_async(slot(j), xp + at_row, sizeof(P));
+    }
+    __pipeline_commit();
+  }
+  auto x_of = [&](int j) {
+    return j < kForwardRegisterRows ? registers[j] : *slot(j);
+  };
+  const P wv[1] = {
+      VectorOrZeros(p.in_row, reinterpret_cast<const P*>(w) + p.column)};
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int j = 0; j < kMaxGridForwardRows; ++j) {
+    __pipeline_wait_prior(kMaxGridForwardRows - 1 - j);  // row j's copy is in
+    float sum = 0;
+    if (p.Holds(j)) {
+      const P v[1] = {x_of(j)};
+      sum = SumSquares(v);
+    }
+    sum = WarpSum(sum);  // a warp lies within one group: same rows
+    if (lane == 0 && j < rows_per_thread) warp_sums[j][warp] = sum;
+  }
+  __syncthreads();
+  WriteBlockRowSums(warp_sums, p, row_sums);
+
+  // 2. Every block's row sums are written.
+  cooperative_groups::this_grid().sync();
+
+  // 3. Each row's inverse RMS, then the block's columns of y.
+  ForEachRowTotal(row_sums, rows, [&](int r, float total) {
+    const float inv = rsqrtf(total * inverse_length + eps);
+    row_inv[r] = inv;
+    if (blockIdx.x == 0) inv_rms[r] = inv;
+  });
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kMaxGridForwardRows; ++j) {
+    if (!p.Holds(j)) continue;
+    const int row = p.RowOf(j);
+    const P v[1] = {x_of(j)};
+    StoreNormalised(v, wv, row_inv[row],
+                    reinterpret_cast<P*>(y) + int64_t{row} * row_vectors,
+                    row_vectors, p.Vectors());
+  }
+}
+
+// Backward: rows a thread takes (one 16-byte vector of x and of dy in each).
+// The vectors of x go to shared memory, and those of dy to registers up to
+// kDyRegisterRows (12 of the 64 registers a thread of a 1024-thread block
+// has; with 4 or more, ptxas spilled in the bfloat16 kernel), the rest to
+// shared memory: up to 13 vectors, 208 KiB a block.
+constexpr int kMaxGridRows = 8;
+constexpr int kDyRegisterRows = 3;
+
+// Shared memory for rows_per_thread rows: x's and dy's slots, which then hold
+// the weight-gradient sums of the thread groups (kSize floats a thread).
+template <typename T>
+int GridBackwardSharedBytes(int rows_per_thread) {
+  const int slots =
+      rows_per_thread + std::max(0, rows_per_thread - kDyRegisterRows);
+  return std::max(slots * kGridThreads * 16,
+                  kGridThreads * Pack<T>::kSize * static_cast<int>(sizeof(float)));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kGridThreads, 1)
+    GridBackwardKernel(const T* __restrict__ dy,
+                       const float* __restrict__ inv_rms,
+                       const T* __restrict__ x, const T* __restrict__ w,
+                       T* __restrict__ dx, T* __restrict__ dw,
+                       float* __restrict__ row_sums, int rows,
+                       int row_vectors, int columns, int rows_per_thread,
+                       float inverse_length) {
+  using P = Pack<T>;
+  extern __shared__ __align__(128) float4 grid_memory[];
+  __shared__ float warp_sums[kMaxGridRows][kGridWarps];
+  __shared__ float row_inv[kMaxGridRows * kGridWarps];     // inv_rms
+  __shared__ float row_totals[kMaxGridRows * kGridWarps];  // mean(dy * w * x)
+  const GridPlace p(columns, row_vectors, rows, rows_per_thread);
+  // The thread's slots: x's vector j in slot j, dy's (j >= kDyRegisterRows)
+  // in slot rows_per_thread + j - kDyRegisterRows.
+  P* slots = reinterpret_cast<P*>(grid_memory);
+  auto slot = [&](int k) { return slots + k * blockDim.x + threadIdx.x; };
+  auto dy_slot = [&](int j) {
+    return slot(rows_per_thread + j - kDyRegisterRows);
+  };
+  const P* dyp = reinterpret_cast<const P*>(dy);
+  const P* xp = reinterpret_cast<const P*>(x);
+
+  // 1. Load (row j's vectors as cp.async group j), then, as each row's
+  // arrive, add up its dy * w * x and the weight gradient dy * x * inv.
+  P dy_registers[kDyRegisterRows];
+#pragma unroll
+  for (int j = 0; j < kMaxGridRows; ++j) {
+    const int64_t at_row = int64_t{p.RowOf(j)} * row_vectors + p.column;
+    if (p.Holds(j)) CopyLastUse(slot(j), xp + at_row);
+    if (j < kDyRegisterRows) {
+      dy_registers[j] = VectorOrZeros<kLastUse>(p.Holds(j), dyp + at_row);
+    } else if (p.Holds(j)) {
+      CopyLastUse(dy_slot(j), dyp + at_row);
+    }
+    __pipeline_commit();
+  }
+  auto dy_of = [&](int j) {
+    return j < kDyRegisterRows ? dy_registers[j] : *dy_slot(j);
+  };
+  const P wv[1] = {
+      VectorOrZeros(p.in_row, reinterpret_cast<const P*>(w) + p.column)};
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) row_inv[r] = inv_rms[r];
+  __syncthreads();
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  float dwv[P::kSize] = {};
+#pragma unroll
+  for (int j = 0; j < kMaxGridRows; ++j) {
+    __pipeline_wait_prior(kMaxGridRows - 1 - j);  // row j's copies are in
+    float sum = 0;
+    if (p.Holds(j)) {
+      const P xv = *slot(j);
+      const P dyv = dy_of(j);
+      const float inv = row_inv[p.RowOf(j)];
+#pragma unroll
+      for (int e = 0; e < P::kSize; ++e) {
+        const float dy_x = ToAcc<float>(dyv.v[e]) * ToAcc<float>(xv.v[e]);
+        sum += dy_x * ToAcc<float>(wv[0].v[e]);
+        dwv[e] += dy_x * inv;
+      }
+    }
+    sum = WarpSum(sum);  // a warp lies within one group: same rows
+    if (lane == 0 && j < rows_per_thread) warp_sums[j][warp] = sum;
+  }
+  __syncthreads();
+  WriteBlockRowSums(warp_sums, p, row_sums);
+
+  // 2. Every block's row sums are written.
+  cooperative_groups::this_grid().sync();
+
+  // 3. Each row's mean of dy * w * x, then the block's columns of dx.
+  ForEachRowTotal(row_sums, rows, [&](int r, float total) {
+    row_totals[r] = total * inverse_length;
+  });
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kMaxGridRows; ++j) {
+    if (!p.Holds(j)) continue;
+    const int row = p.RowOf(j);
+    const float inv = row_inv[row];
+    const float correction = inv * inv * row_totals[row];
+    const P dys[1] = {dy_of(j)};
+    const P xs[1] = {*slot(j)};
+    StoreInputGradient(dys, xs, wv, inv, correction,
+                       reinterpret_cast<P*>(dx) + int64_t{row} * row_vectors,
+                       row_vectors, p.Vectors());
+  }
+  // The weight gradient of the block's columns: the groups' sums, added up
+  // in shared memory (the slots, no longer read) in group order.
+  __syncthreads();
+  float* dw_sums = reinterpret_cast<float*>(grid_memory);
+#pragma unroll
+  for (int e = 0; e < P::kSize; ++e) {
+    dw_sums[(p.group * P::kSize + e) * columns + threadIdx.x % columns] =
+        dwv[e];
+  }
+  __syncthreads();
+  if (p.group == 0 && p.in_row) {
+    P out;
+#pragma unroll
+    for (int e = 0; e < P::kSize; ++e) {
+      float sum = 0;
+      for (int k = 0; k < p.groups; ++k) {
+        sum += dw_sums[(k * P::kSize + e) * columns + threadIdx.x];
+      }
+      out.v[e] = Storage<T>::From(sum);
+    }
+    reinterpret_cast<P*>(dw)[p.column] = out;
+  }
+}
+
+// The launch settings of `kernel` over the narrowest column slices whose
+// blocks all fit on the GPU at once (the most threads per column, the fewest
+// rows per thread), shared_bytes(rows_per_thread) of shared memory a block,
+// as a cooperative launch: launch(config, columns, rows_per_thread). nullopt
+// if a thread would take more than max_rows rows, or the row sums (a float
+// per row and block) would not fit in sums_room floats.
+template <typename Kernel, typename SharedBytes, typename Launch>
+std::optional<ffi::Error> LaunchGrid(cudaStream_t stream, Kernel kernel,
+                                     RowGeometry g, int row_vectors,
+                                     int max_rows, SharedBytes shared_bytes,
+                                     int64_t sums_room, Launch launch) {
+  for (int columns = kWarpSize; columns <= kGridThreads; columns *= 2) {
+    const int rows_per_thread =
+        static_cast<int>(CeilDiv(g.rows, kGridThreads / columns));
+    if (rows_per_thread > max_rows) return std::nullopt;
+    const int64_t blocks = CeilDiv(row_vectors, columns);
+    const int bytes = shared_bytes(rows_per_thread);
+    const Shape shape{1, kGridThreads, 1, rows_per_thread};
+    if (blocks > ResidentGroups(kernel, shape, bytes)) continue;
+    if (sums_room < blocks * g.rows) return std::nullopt;
+    cudaLaunchAttribute no_cluster[1];  // shape.cluster == 1
+    cudaLaunchConfig_t config =
+        LaunchConfig(shape, blocks, bytes, stream, no_cluster);
+    cudaLaunchAttribute cooperative[1];
+    cooperative[0].id = cudaLaunchAttributeCooperative;
+    cooperative[0].val.cooperative = 1;
+    config.attrs = cooperative;
+    config.numAttrs = 1;
+    return launch(config, columns, rows_per_thread);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ffi::Error> TryGridForward(cudaStream_t stream,
+                                         const ForwardBuffers& b,
+                                         RowGeometry g, double eps) {
+  if (!Covered(b.x, b.w, g, b.y, b.inv_rms) ||
+      b.chunk_sums.element_type() != ffi::DataType::F32 ||
+      g.rows > int64_t{kMaxGridForwardRows} * kGridWarps) {
+    return std::nullopt;
+  }
+  return DispatchFastType(
+      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
+        using T = typename decltype(tag)::type;
+        const auto kernel = GridForwardKernel<T>;
+        const int row_vectors =
+            static_cast<int>(g.row_length / Pack<T>::kSize);
+        return LaunchGrid(
+            stream, kernel, g, row_vectors, kMaxGridForwardRows,
+            GridForwardSharedBytes,
+            static_cast<int64_t>(b.chunk_sums.element_count()),
+            [&](const cudaLaunchConfig_t& config, int columns,
+                int rows_per_thread) {
+              return CudaStatus(
+                  cudaLaunchKernelEx(
+                      &config, kernel, static_cast<const T*>(b.x.untyped_data()),
+                      static_cast<const T*>(b.w.untyped_data()),
+                      static_cast<T*>(b.y.untyped_data()),
+                      static_cast<float*>(b.inv_rms.untyped_data()),
+                      static_cast<float*>(b.chunk_sums.untyped_data()),
+                      static_cast<int>(g.rows), row_vectors, columns,
+                      rows_per_thread, Reciprocal(g.row_length),
+                      static_cast<float>(eps)),
+                  "launching the grid forward kernel");
+            });
+      });
+}
+
+std::optional<ffi::Error> TryGridBackward(cudaStream_t stream,
+                                          const BackwardBuffers& b,
+                                          RowGeometry g) {
+  if (!Covered(b.x, b.w, g, b.dy, b.inv_rms, b.dx, b.dw, b.partials) ||
+      b.partials.element_type() != ffi::DataType::F32 ||
+      g.rows > int64_t{kMaxGridRows} * kGridWarps) {
+    return std::nullopt;
+  }
+  return DispatchFastType(
+      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
+        using T = typename decltype(tag)::type;
+        const auto kernel = GridBackwardKernel<T>;
+        const int row_vectors =
+            static_cast<int>(g.row_length / Pack<T>::kSize);
+        return LaunchGrid(
+            stream, kernel, g, row_vectors, kMaxGridRows,
+            GridBackwardSharedBytes<T>,
+            static_cast<int64_t>(b.partials.element_count()),
+            [&](const cudaLaunchConfig_t& config, int columns,
+                int rows_per_thread) {
+              return CudaStatus(
+                  cudaLaunchKernelEx(
+                      &config, kernel, static_cast<const T*>(b.dy.untyped_data()),
+                      static_cast<const float*>(b.inv_rms.untyped_data()),
+                      static_cast<const T*>(b.x.untyped_data()),
+                      static_cast<const T*>(b.w.untyped_data()),
+                      static_cast<T*>(b.dx.untyped_data()),
+                      static_cast<T*>(b.dw.untyped_data()),
+                      static_cast<float*>(b.partials.untyped_data()),
+                      static_cast<int>(g.rows), row_vectors, columns,
+                      rows_per_thread, Reciprocal(g.row_length)),
+                  "launching the grid backward kernel");
+            });
+      });
+}
+
+}  // namespace gpu_ops
