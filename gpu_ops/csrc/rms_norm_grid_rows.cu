@@ -15,7 +15,7 @@
 //    only if all its blocks fit on the GPU at once);
 // 3. every block adds up row_sums over the blocks, in the same order (a
 //    warp reads a row's sums as whole lines, since every block reads them
-//    at once), then writes its columns of y (forward) or of dx, and of dw,
+//    at once), then writes its columns of y (forward) or of dx and dw
 //    (backward).
 //
 // The forward (GridForwardKernel) keeps its row sums in the call's
