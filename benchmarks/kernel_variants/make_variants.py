@@ -22,7 +22,7 @@ FAST = "rms_norm_fast.cu"
 SPLIT = "rms_norm_split_rows.cu"
 COMMON = "fast_kernels_common.cuh"
 SCRATCH = "cuda_scratch.h"
-GRID = "rms_norm_grid_backward.cu"
+GRID = "rms_norm_grid_backward.cu"  # rms_norm_grid_rows.cu from commit 9e9c7ee on
 SHARED = "rms_norm_shared_rows.cu"
 # Edits of the grid backward that leave a step out (wrong results), shared by
 # the sets that time what the step costs.
