@@ -17,8 +17,8 @@ CASES = [
     # the fast kernels: several rows per block, a block per row, the grid
     # kernels, a cluster per row (the shared-row forward: on 132 SMs the
     # grid forward's sums of these rows do not fit its scratch), a row split
-    # over many blocks (the last chunk cut short; the backwards of the last
-    # three take the grid backward)
+    # over many blocks (the last chunk cut short); the backwards of the rows
+    # of 262,144 and 131,080 take the grid backward
     ((67, 1024), jnp.bfloat16, jnp.bfloat16),
     ((67, 16384), jnp.bfloat16, jnp.bfloat16),
     ((5, 262144), jnp.bfloat16, jnp.bfloat16),
