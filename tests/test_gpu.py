@@ -155,7 +155,7 @@ def test_seed_kernels_stay_callable(dtype, row_length):
 # command buffer, a CUDA graph, if every command may be recorded.
 CALLS_FOR_A_GRAPH = 6
 # float32 (rows, row length) that take a block per row, split rows, and the
-# grid backward (a cooperative launch).
+# grid forward and backward (cooperative launches).
 GRAPH_SHAPES = [(37, 4_096), (37, 262_144), (16, 262_144)]
 
 

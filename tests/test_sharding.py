@@ -126,8 +126,8 @@ def test_bfloat16_sharded_gradients():
 
 def test_seed_shape_sharded_gradients():
     # The seed tutorial's shape, normalised over 512 x 512 and split by rows:
-    # on GPUs each device's rows take the long-row kernels (the shared-row
-    # forward and the grid backward, a cooperative launch) on its shard.
+    # on GPUs each device's rows take the long-row kernels (the grid forward
+    # and backward, cooperative launches) on its shard.
     mesh = _mesh((N,), ("data",))
     x, weight = _data(shape=(32, 512, 512), dtype=jnp.bfloat16)
     args = (jax.device_put(x, NamedSharding(mesh, P("data"))),
