@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kGridThreads, 1)
   const P* xp = reinterpret_cast<const P*>(x);
 
   // 1. Load (row j's vector as cp.async group j), then add up the squares
-  // of each row's as it arrives.
+  // of each row's vector as it arrives.
   P registers[kForwardRegisterRows];
 #pragma unroll
   for (int j = 0; j < kMaxGridForwardRows; ++j) {
