@@ -346,17 +346,20 @@ __global__ void __launch_bounds__(kGridThreads, 1)
   }
 }
 
-// The launch settings of `kernel` over the narrowest column slices whose
+// Launches `kernel` cooperatively over the narrowest column slices whose
 // blocks all fit on the GPU at once (the most threads per column, the fewest
-// rows per thread), shared_bytes(rows_per_thread) of shared memory a block,
-// as a cooperative launch: launch(config, columns, rows_per_thread). nullopt
-// if a thread would take more than max_rows rows, or the row sums (a float
-// per row and block) would not fit in sums_room floats.
+// rows per thread), shared_bytes(rows_per_thread) of shared memory a block:
+// launch(config, columns, rows_per_thread) calls cudaLaunchKernelEx with
+// those settings, and a failure is reported naming `what`. nullopt if a
+// thread would take more than max_rows rows, or the row sums (a float per
+// row and block) would not fit in sums_room floats.
 template <typename Kernel, typename SharedBytes, typename Launch>
 std::optional<ffi::Error> LaunchGrid(cudaStream_t stream, Kernel kernel,
                                      RowGeometry g, int row_vectors,
                                      int max_rows, SharedBytes shared_bytes,
-                                     int64_t sums_room, Launch launch) {
+                                     int64_t sums_room, const char* what,
+                                     Launch launch) {
+  if (g.rows > int64_t{max_rows} * kGridWarps) return std::nullopt;
   for (int columns = kWarpSize; columns <= kGridThreads; columns *= 2) {
     const int rows_per_thread =
         static_cast<int>(CeilDiv(g.rows, kGridThreads / columns));
@@ -374,7 +377,7 @@ std::optional<ffi::Error> LaunchGrid(cudaStream_t stream, Kernel kernel,
     cooperative[0].val.cooperative = 1;
     config.attrs = cooperative;
     config.numAttrs = 1;
-    return launch(config, columns, rows_per_thread);
+    return CudaStatus(launch(config, columns, rows_per_thread), what);
   }
   return std::nullopt;
 }
@@ -385,8 +388,7 @@ std::optional<ffi::Error> TryGridForward(cudaStream_t stream,
                                          const ForwardBuffers& b,
                                          RowGeometry g, double eps) {
   if (!Covered(b.x, b.w, g, b.y, b.inv_rms) ||
-      b.chunk_sums.element_type() != ffi::DataType::F32 ||
-      g.rows > int64_t{kMaxGridForwardRows} * kGridWarps) {
+      b.chunk_sums.element_type() != ffi::DataType::F32) {
     return std::nullopt;
   }
   return DispatchFastType(
@@ -399,19 +401,18 @@ std::optional<ffi::Error> TryGridForward(cudaStream_t stream,
             stream, kernel, g, row_vectors, kMaxGridForwardRows,
             GridForwardSharedBytes,
             static_cast<int64_t>(b.chunk_sums.element_count()),
+            "launching the grid forward kernel",
             [&](const cudaLaunchConfig_t& config, int columns,
                 int rows_per_thread) {
-              return CudaStatus(
-                  cudaLaunchKernelEx(
-                      &config, kernel, static_cast<const T*>(b.x.untyped_data()),
-                      static_cast<const T*>(b.w.untyped_data()),
-                      static_cast<T*>(b.y.untyped_data()),
-                      static_cast<float*>(b.inv_rms.untyped_data()),
-                      static_cast<float*>(b.chunk_sums.untyped_data()),
-                      static_cast<int>(g.rows), row_vectors, columns,
-                      rows_per_thread, Reciprocal(g.row_length),
-                      static_cast<float>(eps)),
-                  "launching the grid forward kernel");
+              return cudaLaunchKernelEx(
+                  &config, kernel, static_cast<const T*>(b.x.untyped_data()),
+                  static_cast<const T*>(b.w.untyped_data()),
+                  static_cast<T*>(b.y.untyped_data()),
+                  static_cast<float*>(b.inv_rms.untyped_data()),
+                  static_cast<float*>(b.chunk_sums.untyped_data()),
+                  static_cast<int>(g.rows), row_vectors, columns,
+                  rows_per_thread, Reciprocal(g.row_length),
+                  static_cast<float>(eps));
             });
       });
 }
@@ -420,8 +421,7 @@ std::optional<ffi::Error> TryGridBackward(cudaStream_t stream,
                                           const BackwardBuffers& b,
                                           RowGeometry g) {
   if (!Covered(b.x, b.w, g, b.dy, b.inv_rms, b.dx, b.dw, b.partials) ||
-      b.partials.element_type() != ffi::DataType::F32 ||
-      g.rows > int64_t{kMaxGridRows} * kGridWarps) {
+      b.partials.element_type() != ffi::DataType::F32) {
     return std::nullopt;
   }
   return DispatchFastType(
@@ -434,20 +434,19 @@ std::optional<ffi::Error> TryGridBackward(cudaStream_t stream,
             stream, kernel, g, row_vectors, kMaxGridRows,
             GridBackwardSharedBytes<T>,
             static_cast<int64_t>(b.partials.element_count()),
+            "launching the grid backward kernel",
             [&](const cudaLaunchConfig_t& config, int columns,
                 int rows_per_thread) {
-              return CudaStatus(
-                  cudaLaunchKernelEx(
-                      &config, kernel, static_cast<const T*>(b.dy.untyped_data()),
-                      static_cast<const float*>(b.inv_rms.untyped_data()),
-                      static_cast<const T*>(b.x.untyped_data()),
-                      static_cast<const T*>(b.w.untyped_data()),
-                      static_cast<T*>(b.dx.untyped_data()),
-                      static_cast<T*>(b.dw.untyped_data()),
-                      static_cast<float*>(b.partials.untyped_data()),
-                      static_cast<int>(g.rows), row_vectors, columns,
-                      rows_per_thread, Reciprocal(g.row_length)),
-                  "launching the grid backward kernel");
+              return cudaLaunchKernelEx(
+                  &config, kernel, static_cast<const T*>(b.dy.untyped_data()),
+                  static_cast<const float*>(b.inv_rms.untyped_data()),
+                  static_cast<const T*>(b.x.untyped_data()),
+                  static_cast<const T*>(b.w.untyped_data()),
+                  static_cast<T*>(b.dx.untyped_data()),
+                  static_cast<T*>(b.dw.untyped_data()),
+                  static_cast<float*>(b.partials.untyped_data()),
+                  static_cast<int>(g.rows), row_vectors, columns,
+                  rows_per_thread, Reciprocal(g.row_length));
             });
       });
 }
