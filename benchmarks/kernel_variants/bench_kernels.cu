@@ -13,7 +13,7 @@
 #else
 #define BENCH_SHARED_ROWS 0
 #endif
-#if __has_include("rms_norm_grid_rows.cu")  // sources of the grid forward on
+#if __has_include("rms_norm_grid_rows.cu")  // sources of commit 9e9c7ee on
 #include "rms_norm_grid_rows.cu"
 #define BENCH_GRID_BACKWARD 1
 #define BENCH_GRID_FORWARD 1
