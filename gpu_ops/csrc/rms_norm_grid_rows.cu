@@ -94,13 +94,16 @@ struct GridPlace {
   __device__ Place Vectors() const { return Place{0, 0, column, 0}; }
 };
 
-// Step 1's end: the block's sum of each row r (the thread's row r / groups
-// in group r % groups), over the warps of that group in order, from
-// warp_sums[j][warp] (each warp's sum of its row j), to row_sums[r][block].
+// Steps 1's end and 2, which every thread of the grid calls once the warps
+// have written warp_sums[j][warp] (each warp's sum of its row j): the block's
+// sum of each row r (the thread's row r / groups in group r % groups), over
+// the warps of that group in order, to row_sums[r][block]; then the
+// grid-wide barrier, after which every block's row sums are written.
 template <int kMaxRows>
-__device__ void WriteBlockRowSums(const float (&warp_sums)[kMaxRows][kGridWarps],
+__device__ void ShareBlockRowSums(const float (&warp_sums)[kMaxRows][kGridWarps],
                                   const GridPlace& p,
                                   float* __restrict__ row_sums) {
+  __syncthreads();
   const int warps_per_group = p.columns / kWarpSize;
   for (int r = threadIdx.x; r < p.rows; r += blockDim.x) {
     const int first_warp = (r % p.groups) * warps_per_group;
@@ -110,6 +113,7 @@ __device__ void WriteBlockRowSums(const float (&warp_sums)[kMaxRows][kGridWarps]
     }
     row_sums[int64_t{r} * gridDim.x + blockIdx.x] = sum;
   }
+  cooperative_groups::this_grid().sync();
 }
 
 // Step 3's start: each row's total over the blocks, in order, by warp
@@ -190,11 +194,7 @@ __global__ void __launch_bounds__(kGridThreads, 1)
     sum = WarpSum(sum);  // a warp lies within one group: same rows
     if (lane == 0 && j < rows_per_thread) warp_sums[j][warp] = sum;
   }
-  __syncthreads();
-  WriteBlockRowSums(warp_sums, p, row_sums);
-
-  // 2. Every block's row sums are written.
-  cooperative_groups::this_grid().sync();
+  ShareBlockRowSums(warp_sums, p, row_sums);  // 2. the grid-wide barrier
 
   // 3. Each row's inverse RMS, then the block's columns of y.
   ForEachRowTotal(row_sums, rows, [&](int r, float total) {
@@ -299,11 +299,7 @@ __global__ void __launch_bounds__(kGridThreads, 1)
     sum = WarpSum(sum);  // a warp lies within one group: same rows
     if (lane == 0 && j < rows_per_thread) warp_sums[j][warp] = sum;
   }
-  __syncthreads();
-  WriteBlockRowSums(warp_sums, p, row_sums);
-
-  // 2. Every block's row sums are written.
-  cooperative_groups::this_grid().sync();
+  ShareBlockRowSums(warp_sums, p, row_sums);  // 2. the grid-wide barrier
 
   // 3. Each row's mean of dy * w * x, then the block's columns of dx.
   ForEachRowTotal(row_sums, rows, [&](int r, float total) {
