@@ -66,11 +66,14 @@ def main(argv=None):
     parser.add_argument("--impl", nargs="+", default=None)
     parser.add_argument("--op", nargs="+", default=["fwd", "fwd_bwd"])
     args = parser.parse_args(argv)
-    on_gpu = jax.default_backend() == "gpu"
+    if jax.default_backend() != "gpu":
+        print(f"kernel_timeline.py: JAX runs on {jax.default_backend()} here, and only a GPU's "
+              "trace holds kernels to time; rms_norm_bench.py runs without a GPU.")
+        return 1
     key = jax.random.key(0)
     x = jax.random.normal(key, (args.rows, args.row_len), jnp.float32).astype(args.dtype)
     weight = jnp.ones((args.row_len,), args.dtype)
-    for name, impl in bench.implementations(on_gpu).items():
+    for name, impl in bench.implementations(on_gpu=True).items():
         if args.impl and name not in args.impl:
             continue
         for op in args.op:
