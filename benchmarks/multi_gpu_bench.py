@@ -11,10 +11,11 @@ variant runs the forward ("fwd") and forward + backward ("fwd_bwd") step:
   and every device computes every row;
 - "custom_partitioning": gpu_ops.rms_norm under jit; its partitioning rule
   keeps the rows where they are and sums the weight gradient across devices;
-- "shard_map": gpu_ops.rms_norm inside jax.shard_map, written per device,
-  with an explicit psum of the weight gradient. (Differentiating through
-  shard_map is not supported by gpu_ops yet, see the sharding chapter, so the
-  step computes its VJP per device, inside the shard_map.)
+- "shard_map": gpu_ops.rms_norm inside jax.shard_map, written per device:
+  the step takes its VJP inside the shard_map, with check_vma=False and an
+  explicit psum of the weight gradient, as in the committed results, which
+  were timed before gpu_ops typed its results for shard_map (the sharding
+  chapter differentiates through the shard_map instead).
 
 As in rms_norm_bench.py, the backward gets dy only once y exists
 (`dy_after_y`). Each step's outputs keep the input's row sharding, so every
@@ -79,8 +80,10 @@ def shard_map_variant(mesh):
 
     fwd = jax.shard_map(gpu_ops.rms_norm, mesh=mesh, in_specs=(rows, replicated),
                         out_specs=rows)
-    # check_vma=False: gpu_ops' primitives do not yet declare how their results
-    # vary across devices, so the per-device VJP is not type-checked.
+    # check_vma=False: the VJP leaves each device its own rows' share of the
+    # weight gradient, which the psum adds up. (With check_vma the weight's
+    # cast to varying would sum it already, and this psum would multiply the
+    # sum by the number of devices.)
     fwd_bwd = jax.shard_map(local_fwd_bwd, mesh=mesh, in_specs=(rows, replicated, rows),
                             out_specs=(rows, rows, replicated), check_vma=False)
     return fwd, fwd_bwd

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 # partitioning rules of the primitives.
 from gpu_ops import batching, lowering, sharding  # noqa: F401
 from gpu_ops.autodiff import rms_norm_vjp
+from gpu_ops.sharding import vary_alike
 from gpu_ops.validation import check_rms_norm_args
 
 
@@ -28,4 +29,4 @@ def rms_norm(x, weight, eps=1e-5):
     x = jnp.asarray(x)
     weight = jnp.asarray(weight)
     eps = check_rms_norm_args(x, weight, eps)
-    return rms_norm_vjp(x, weight, eps)
+    return rms_norm_vjp(*vary_alike(x, weight), eps)

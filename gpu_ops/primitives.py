@@ -21,7 +21,6 @@ float32 unless x is float64.
 from functools import partial
 
 import jax.numpy as jnp
-from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import xla
 
@@ -36,11 +35,25 @@ def leading_shape(x, weight):
     return x.shape[: x.ndim - weight.ndim]
 
 
+def _like(aval, shape, dtype):
+    """A result of `shape` and `dtype` typed like the operand `aval` otherwise.
+
+    Beyond shape and dtype, JAX's types carry the mesh axes a value varies
+    along inside ``shard_map``, and its sharding: a result built from scratch
+    would claim to be the same on every device, so ``shard_map`` could not
+    tell a sharded result from a replicated one, nor type its gradient. The
+    result keeps the operand's varying axes, and its sharding cut to `shape`'s
+    leading axes.
+    """
+    sharding = aval.sharding.update(spec=tuple(aval.sharding.spec)[: len(shape)])
+    return aval.update(shape=shape, dtype=dtype, weak_type=False, sharding=sharding)
+
+
 def _forward_abstract_eval(x, weight, *, eps):
     del eps
     return (
-        ShapedArray(x.shape, weight.dtype),
-        ShapedArray(leading_shape(x, weight), inv_rms_dtype(x.dtype)),
+        _like(x, x.shape, weight.dtype),
+        _like(x, leading_shape(x, weight), inv_rms_dtype(x.dtype)),
     )
 
 
@@ -49,8 +62,8 @@ def _backward_abstract_eval(dy, inv_rms, x, weight, *, eps):
     assert dy.shape == x.shape and dy.dtype == weight.dtype, (dy, x, weight)
     assert inv_rms.shape == leading_shape(x, weight), (inv_rms, x, weight)
     return (
-        ShapedArray(x.shape, x.dtype),
-        ShapedArray(weight.shape, weight.dtype),
+        _like(x, x.shape, x.dtype),
+        _like(weight, weight.shape, weight.dtype),
     )
 
 

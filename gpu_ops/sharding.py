@@ -12,6 +12,9 @@ own, though, so each device can work on its own rows. The rules here say so:
 
 ``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are lowered through these
 partitioned functions to the per-shard primitives.
+
+Inside ``shard_map`` the caller partitions instead, and :func:`vary_alike`
+gives the operands the types ``shard_map`` checks.
 """
 
 from functools import partial
@@ -135,3 +138,21 @@ mlir.register_lowering(rms_norm_bwd_p, _lowering_through(_backward))
 # custom_partitioning primitive; ours hide it inside their lowering, so they
 # are added too (there is no public API for this; TransformerEngine does the same).
 dispatch.prim_requires_devices_during_lowering.update({rms_norm_fwd_p, rms_norm_bwd_p})
+
+
+def vary_alike(x, weight):
+    """x and weight, each made to vary along the mesh axes the other varies along.
+
+    Inside ``shard_map`` a value's type says along which mesh axes it differs
+    from device to device. Rows sharded along an axis meet a weight that is
+    the same on every device: as jnp's arithmetic does for such operands, the
+    weight is cast to varying (``jax.lax.pcast``), which costs nothing when it
+    runs. The transpose of that cast is a ``psum``, so under ``grad`` the
+    weight's gradient comes out summed over those axes, as a replicated
+    value's must. Outside ``shard_map`` nothing varies and both are returned
+    as they are.
+    """
+    x_axes = jax.typeof(x).manual_axis_type.varying
+    weight_axes = jax.typeof(weight).manual_axis_type.varying
+    return (jax.lax.pcast(x, tuple(weight_axes - x_axes), to="varying"),
+            jax.lax.pcast(weight, tuple(x_axes - weight_axes), to="varying"))

@@ -1,4 +1,4 @@
-"""Sharding: batch-sharded input needs no all-gather.
+"""Sharding: batch-sharded input needs no all-gather, under jit and in shard_map.
 
 On a machine with several GPUs the meshes use all of them; otherwise the 8
 virtual CPU devices (conftest.py).
@@ -140,3 +140,84 @@ def test_seed_shape_sharded_gradients():
         assert np.all(np.isfinite(g))
         # bfloat16 results of sums taken in another order: within a few ulps
         assert np.max(np.abs(g - w)) <= 2e-2 * np.max(np.abs(w)), np.max(np.abs(g - w))
+
+
+# Inside shard_map: 1-D and 2-D meshes, rows split along one axis (the other
+# axis of a 2-D mesh then holds the same rows) or along both.
+SHARD_MAP_CASES = [
+    ((N,), ("data",), P("data")),
+    ((N // 2, 2), ("data", "model"), P("data")),
+    ((N // 2, 2), ("data", "model"), P(("data", "model"))),
+]
+
+
+def _row_axes(spec):
+    first = spec[0]
+    return frozenset(first if isinstance(first, tuple) else (first,))
+
+
+@pytest.mark.parametrize("mesh_shape,names,spec", SHARD_MAP_CASES, ids=str)
+def test_shard_map_result_varies_along_the_row_axes(mesh_shape, names, spec):
+    # The result's type must say that it differs from device to device, as
+    # jnp's would: typed as the same on every device, an out_specs of P()
+    # returned one device's rows as the whole answer.
+    mesh = _mesh(mesh_shape, names)
+    x, weight = _data(w_ndim=1)
+    varying = []
+
+    def per_device(x, weight):
+        y = gpu_ops.rms_norm(x, weight)
+        varying.append(jax.typeof(y).manual_axis_type.varying)
+        return y
+
+    jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(spec, P()), out_specs=spec))(x, weight)
+    assert varying == [_row_axes(spec)]
+    replicated_out = jax.shard_map(gpu_ops.rms_norm, mesh=mesh, in_specs=(spec, P()), out_specs=P())
+    with pytest.raises(ValueError, match="out_specs"):
+        jax.jit(replicated_out)(x, weight)
+
+
+@pytest.mark.parametrize("mesh_shape,names,spec", SHARD_MAP_CASES, ids=str)
+def test_gradient_through_shard_map_equals_one_device(mesh_shape, names, spec):
+    mesh = _mesh(mesh_shape, names)
+    x, weight = _data(w_ndim=1)
+    per_device = jax.shard_map(gpu_ops.rms_norm, mesh=mesh, in_specs=(spec, P()), out_specs=spec)
+    weights = jnp.arange(x.shape[-1])
+
+    def loss(x, weight):
+        return jnp.sum(per_device(x, weight) ** 2 * weights)
+
+    grad = jax.grad(loss, argnums=(0, 1))
+    hlo = _compiled_text(grad, x, weight)
+    for collective in COLLECTIVES_THAT_MOVE_INPUTS:
+        assert collective not in hlo, collective
+    assert any("all-reduce(" in line and "f32[32]" in line for line in hlo.splitlines())
+    dx, dweight = jax.jit(grad)(x, weight)
+    expected_dx, expected_dweight = jax.jit(_grad)(*_on(_devices()[0], x, weight))
+    np.testing.assert_allclose(dx, expected_dx, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dweight, expected_dweight, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+def test_vjp_inside_shard_map_treats_the_weight_as_jnp_does(check_vma):
+    # With check_vma (the default) the pullback of a weight that is the same
+    # on every device sums its gradient over the devices already; without
+    # it, each device gets its own rows' part, to psum itself. jnp's
+    # arithmetic behaves the same way in both modes.
+    mesh = _mesh((N,), ("data",))
+    x, weight = _data(w_ndim=1)
+    dy = jax.random.normal(jax.random.key(2), x.shape, jnp.float32)
+
+    def reference(x, weight):
+        return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-5) * weight
+
+    def weight_gradient(fn):
+        def per_device(x, weight, dy):
+            dweight = jax.vjp(fn, x, weight)[1](dy)[1]
+            return dweight if check_vma else jax.lax.psum(dweight, "data")
+        return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P("data"), P(), P("data")),
+                                     out_specs=P(), check_vma=check_vma))(x, weight, dy)
+
+    expected = jax.vjp(gpu_ops.rms_norm, *_on(_devices()[0], x, weight))[1](dy)[1]
+    np.testing.assert_allclose(weight_gradient(gpu_ops.rms_norm), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(weight_gradient(reference), expected, rtol=1e-4, atol=1e-4)
