@@ -6,7 +6,7 @@ import jax.numpy as jnp
 # partitioning rules of the primitives.
 from gpu_ops import batching, lowering, sharding  # noqa: F401
 from gpu_ops.autodiff import rms_norm_vjp
-from gpu_ops.sharding import vary_alike
+from gpu_ops.sharding import over_explicit_axes, vary_alike
 from gpu_ops.validation import check_rms_norm_args
 
 
@@ -23,10 +23,15 @@ def rms_norm(x, weight, eps=1e-5):
 
     Returns:
       An array of ``x``'s shape and ``weight``'s dtype. Works under ``jit``,
-      ``grad``, ``vmap`` and with sharded inputs; the CUDA kernels run on
-      NVIDIA GPUs and a C++ implementation on CPUs.
+      ``grad``, ``vmap``, with inputs sharded over automatic or explicit mesh
+      axes, and inside ``shard_map``; the CUDA kernels run on NVIDIA GPUs and
+      a C++ implementation on CPUs.
     """
     x = jnp.asarray(x)
     weight = jnp.asarray(weight)
     eps = check_rms_norm_args(x, weight, eps)
-    return rms_norm_vjp(*vary_alike(x, weight), eps)
+
+    def on_its_devices(x, weight):
+        return rms_norm_vjp(*vary_alike(x, weight), eps)
+
+    return over_explicit_axes(on_its_devices, x, weight)

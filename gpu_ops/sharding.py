@@ -14,7 +14,9 @@ own, though, so each device can work on its own rows. The rules here say so:
 partitioned functions to the per-shard primitives.
 
 Inside ``shard_map`` the caller partitions instead, and :func:`vary_alike`
-gives the operands the types ``shard_map`` checks.
+gives the operands the types ``shard_map`` checks. Arrays whose types shard
+them along explicit mesh axes go through ``shard_map`` too
+(:func:`over_explicit_axes`).
 """
 
 from functools import partial
@@ -23,7 +25,7 @@ import jax
 from jax._src import dispatch
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.interpreters import mlir
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from gpu_ops.primitives import (
     inv_rms_dtype,
@@ -156,3 +158,38 @@ def vary_alike(x, weight):
     weight_axes = jax.typeof(weight).manual_axis_type.varying
     return (jax.lax.pcast(x, tuple(weight_axes - x_axes), to="varying"),
             jax.lax.pcast(weight, tuple(x_axes - weight_axes), to="varying"))
+
+
+def _mesh_axes_of(spec):
+    return {name for entry in spec if entry is not None
+            for name in (entry if isinstance(entry, tuple) else (entry,))}
+
+
+def over_explicit_axes(fn, x, weight):
+    """fn(x, weight), per device where the types of x or weight shard them.
+
+    With explicit mesh axes (sharding in types, ``jax.make_mesh``'s default)
+    the backward's partition function above does not compile: XLA rejects
+    the reduction of its ``psum`` ("Unsupported reduction computation", JAX
+    0.12.0.1 on CPU devices). Where a type shards x or the weight, the op
+    runs inside ``shard_map`` instead, over every mesh axis not manual yet, so
+    that no explicit axis is left inside. x's rows stay where they are; a
+    normalised axis or a weight sharded along a mesh axis is gathered first
+    (``jax.reshard``), as the rule above does; and the transpose of
+    :func:`vary_alike`'s cast sums the weight gradient. Types without
+    explicit axes shard nothing: fn is called as it is.
+    """
+    x_type, weight_type = jax.typeof(x), jax.typeof(weight)
+    sharded = [t for t in (x_type, weight_type) if _mesh_axes_of(t.sharding.spec)]
+    if not sharded:
+        return fn(x, weight)
+    mesh = sharded[0].sharding.mesh
+    rows = PartitionSpec(*tuple(x_type.sharding.spec)[: x_type.ndim - weight_type.ndim])
+    x = jax.reshard(x, NamedSharding(mesh, rows))
+    weight = jax.reshard(weight, NamedSharding(mesh, PartitionSpec()))
+    if not _mesh_axes_of(rows):
+        return fn(x, weight)
+    not_manual = {name for name, kind in zip(mesh.axis_names, mesh.axis_types)
+                  if kind != AxisType.Manual}
+    return jax.shard_map(fn, mesh=mesh, in_specs=(rows, PartitionSpec()), out_specs=rows,
+                         axis_names=not_manual)(x, weight)

@@ -1,4 +1,4 @@
-"""Sharding: batch-sharded input needs no all-gather, under jit and in shard_map.
+"""Sharding: batch-sharded input needs no all-gather: under jit, in shard_map, on explicit axes.
 
 On a machine with several GPUs the meshes use all of them; otherwise the 8
 virtual CPU devices (conftest.py).
@@ -23,9 +23,9 @@ def _devices():
 N = len(_devices())  # an even number: 2, 4 or 8
 
 
-def _mesh(shape, names):
+def _mesh(shape, names, axis_type=AxisType.Auto):
     devices = np.array(_devices()[: int(np.prod(shape))]).reshape(shape)
-    return jax.sharding.Mesh(devices, names, axis_types=(AxisType.Auto,) * len(shape))
+    return jax.sharding.Mesh(devices, names, axis_types=(axis_type,) * len(shape))
 
 
 def _loss(x, weight):
@@ -221,3 +221,39 @@ def test_vjp_inside_shard_map_treats_the_weight_as_jnp_does(check_vma):
     expected = jax.vjp(gpu_ops.rms_norm, *_on(_devices()[0], x, weight))[1](dy)[1]
     np.testing.assert_allclose(weight_gradient(gpu_ops.rms_norm), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(weight_gradient(reference), expected, rtol=1e-4, atol=1e-4)
+
+
+# Explicit mesh axes (jax.make_mesh's default): rows sharded along one axis or
+# two, along one axis of two (the other shards nothing), and a normalised
+# axis and the weight sharded (gathered first, as under Auto axes).
+EXPLICIT_CASES = [
+    ((N,), ("data",), P("data"), P()),
+    ((N // 2, 2), ("data", "model"), P("data", "model"), P()),
+    ((N // 2, 2), ("data", "model"), P("data"), P()),
+    ((N,), ("data",), P(None, None, "data"), P("data")),
+]
+
+
+@pytest.mark.parametrize("mesh_shape,names,x_spec,weight_spec", EXPLICIT_CASES, ids=str)
+def test_explicit_axes_keep_the_rows_where_they_are(mesh_shape, names, x_spec, weight_spec):
+    # Through custom_partitioning, the gradient did not compile on explicit
+    # axes (XLA: "Unsupported reduction computation").
+    mesh = _mesh(mesh_shape, names, AxisType.Explicit)
+    x, weight = _data(shape=(16, 4, 32), w_ndim=1)
+    args = (jax.device_put(x, NamedSharding(mesh, x_spec)),
+            jax.device_put(weight, NamedSharding(mesh, weight_spec)))
+    single = _on(_devices()[0], x, weight)
+    rows_sharded = x_spec[0] is not None
+    with jax.set_mesh(mesh):
+        y = jax.jit(gpu_ops.rms_norm)(*args)
+        dx, dweight = jax.jit(_grad)(*args)
+        hlo = _compiled_text(_grad, *args)
+    assert tuple(y.sharding.spec)[:2] == (tuple(x_spec) + (None,))[:2]
+    if rows_sharded:
+        for collective in COLLECTIVES_THAT_MOVE_INPUTS:
+            assert collective not in hlo, collective
+        assert any("all-reduce(" in line and "f32[32]" in line for line in hlo.splitlines())
+    np.testing.assert_allclose(y, jax.jit(gpu_ops.rms_norm)(*single), rtol=1e-6)
+    expected_dx, expected_dweight = jax.jit(_grad)(*single)
+    np.testing.assert_allclose(dx, expected_dx, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dweight, expected_dweight, rtol=1e-5, atol=1e-5)
