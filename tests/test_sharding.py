@@ -248,7 +248,8 @@ def test_explicit_axes_keep_the_rows_where_they_are(mesh_shape, names, x_spec, w
         y = jax.jit(gpu_ops.rms_norm)(*args)
         dx, dweight = jax.jit(_grad)(*args)
         hlo = _compiled_text(_grad, *args)
-    assert tuple(y.sharding.spec)[:2] == (tuple(x_spec) + (None,))[:2]
+    row_specs = (tuple(x_spec) + (None, None))[:2]  # of x's two row axes
+    assert tuple(y.sharding.spec)[:2] == row_specs  # y's rows stayed where x's were
     if rows_sharded:
         for collective in COLLECTIVES_THAT_MOVE_INPUTS:
             assert collective not in hlo, collective
