@@ -1,8 +1,11 @@
 """Registers the native FFI handlers with XLA, once per platform."""
 
 import math
+import pathlib
+import re
 
 import jax
+import jaxlib
 import numpy as np
 
 from gpu_ops import _native
@@ -13,6 +16,36 @@ BACKWARD_TARGET = "gpu_ops_rms_norm_bwd"
 
 #: Whether the CUDA kernels were compiled into this build of gpu_ops.
 CUDA_COMPILED: bool = _native.cuda_compiled
+
+
+def installed_ffi_api_version():
+    """(major, minor) of the installed jaxlib's XLA FFI API, from the C header it
+    ships (the one its XLA was built with); None where the header is missing."""
+    header = pathlib.Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
+    if not header.is_file():
+        return None
+    text = header.read_text()
+    found = [re.search(rf"#define XLA_FFI_API_{part} (\d+)", text) for part in ("MAJOR", "MINOR")]
+    return tuple(int(m.group(1)) for m in found) if all(found) else None
+
+
+def check_ffi_api_version(built, installed):
+    """ImportError if handlers built against FFI API `built` would be refused.
+
+    XLA accepts handlers of its own FFI API version or older. It checks when a
+    backend starts, and a refused handler stops the backend from starting:
+    every JAX computation in the process would fail, not only gpu_ops'.
+    """
+    if installed is None or tuple(built) <= tuple(installed):
+        return
+    raise ImportError(
+        f"gpu_ops was compiled against XLA FFI API {built[0]}.{built[1]}, which this "
+        f"jaxlib ({jaxlib.__version__}, FFI API {installed[0]}.{installed[1]}) does not "
+        "accept. Rebuild gpu_ops against it (./build.sh --no-venv, or pip install "
+        "--no-build-isolation .), or install the jax and jaxlib of requirements.txt.")
+
+
+check_ffi_api_version(tuple(_native.ffi_api_version), installed_ffi_api_version())
 
 for _platform, _targets in _native.targets().items():
     for _name, _capsule in _targets.items():

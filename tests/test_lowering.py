@@ -62,3 +62,26 @@ def test_seed_shape_cuda_calls_carry_chunk_sums():
     assert forward.endswith("-> (tensor<32x512x512xbf16>, tensor<32xf32>, tensor<4096xf32>)")
     assert backward.endswith("-> (tensor<32x512x512xbf16>, tensor<512x512xbf16>, "
                              "tensor<8x262144xf32>, tensor<4096xf32>)")
+
+
+def test_handlers_match_the_installed_ffi_api():
+    # Built by build.sh against the installed jaxlib's headers.
+    assert tuple(gpu_ops._native.ffi_api_version) == (
+        gpu_ops.ffi_targets.installed_ffi_api_version())
+
+
+@pytest.mark.parametrize("built,installed,refused", [
+    ((0, 5), (0, 4), True),   # built against a newer jaxlib than the one installed
+    ((0, 4), (0, 5), False),
+    ((0, 5), (0, 5), False),
+    ((0, 5), (1, 0), False),
+    ((1, 0), (0, 9), True),
+    ((0, 5), None, False),    # no header to read: XLA's own check stays
+])
+def test_handlers_xla_would_refuse_stop_the_import(built, installed, refused):
+    check = gpu_ops.ffi_targets.check_ffi_api_version
+    if refused:
+        with pytest.raises(ImportError, match="Rebuild gpu_ops"):
+            check(built, installed)
+    else:
+        check(built, installed)

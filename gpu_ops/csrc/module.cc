@@ -6,6 +6,7 @@
 
 #include "cuda_scratch.h"
 #include "rms_norm_handlers.h"
+#include "xla/ffi/api/c_api.h"
 
 namespace py = pybind11;
 
@@ -47,6 +48,9 @@ PYBIND11_MODULE(_native, m) {
 #else
   m.attr("cuda_compiled") = false;
 #endif
+  // The FFI API of the headers the handlers were compiled with: XLA refuses
+  // handlers newer than itself, and then JAX cannot start its backends.
+  m.attr("ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
   m.def("dweight_partial_rows", &gpu_ops::DweightPartialRows, py::arg("rows"),
         py::arg("row_length"),
         "Height of the CUDA backward's weight-gradient scratch matrix.");
