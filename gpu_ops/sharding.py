@@ -160,11 +160,6 @@ def vary_alike(x, weight):
             jax.lax.pcast(weight, tuple(x_axes - weight_axes), to="varying"))
 
 
-def _mesh_axes_of(spec):
-    return {name for entry in spec if entry is not None
-            for name in (entry if isinstance(entry, tuple) else (entry,))}
-
-
 def over_explicit_axes(fn, x, weight):
     """fn(x, weight), per device where the types of x or weight shard them.
 
@@ -175,21 +170,20 @@ def over_explicit_axes(fn, x, weight):
     runs inside ``shard_map`` instead, over every mesh axis not manual yet, so
     that no explicit axis is left inside. x's rows stay where they are; a
     normalised axis or a weight sharded along a mesh axis is gathered first
-    (``jax.reshard``), as the rule above does; and the transpose of
+    (``jax.reshard`` to the partition functions' own shardings); and the transpose of
     :func:`vary_alike`'s cast sums the weight gradient. Types without
     explicit axes shard nothing: fn is called as it is.
     """
     x_type, weight_type = jax.typeof(x), jax.typeof(weight)
-    sharded = [t for t in (x_type, weight_type) if _mesh_axes_of(t.sharding.spec)]
+    sharded = [t for t in (x_type, weight_type) if _mesh_axes(t.sharding.spec)]
     if not sharded:
         return fn(x, weight)
     mesh = sharded[0].sharding.mesh
-    rows = PartitionSpec(*tuple(x_type.sharding.spec)[: x_type.ndim - weight_type.ndim])
-    x = jax.reshard(x, NamedSharding(mesh, rows))
-    weight = jax.reshard(weight, NamedSharding(mesh, PartitionSpec()))
-    if not _mesh_axes_of(rows):
+    x_sharding, _, replicated, row_axes = _row_shardings(mesh, x_type, weight_type.ndim)
+    x, weight = jax.reshard(x, x_sharding), jax.reshard(weight, replicated)
+    if not row_axes:
         return fn(x, weight)
     not_manual = {name for name, kind in zip(mesh.axis_names, mesh.axis_types)
                   if kind != AxisType.Manual}
-    return jax.shard_map(fn, mesh=mesh, in_specs=(rows, PartitionSpec()), out_specs=rows,
-                         axis_names=not_manual)(x, weight)
+    return jax.shard_map(fn, mesh=mesh, in_specs=(x_sharding.spec, replicated.spec),
+                         out_specs=x_sharding.spec, axis_names=not_manual)(x, weight)
