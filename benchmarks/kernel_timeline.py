@@ -79,12 +79,12 @@ def main(argv=None):
         for op in args.op:
             dy = x if op == "fwd_bwd" else jnp.zeros((), args.dtype)
             fn = bench.chained(bench.op_functions(impl)[op][1])
-            jax.block_until_ready(fn(x, weight, dy))
+            chain_args = jax.block_until_ready(fn((x.copy(), weight.copy(), dy.copy())))
             with tempfile.TemporaryDirectory() as trace_dir:
                 with jax.profiler.trace(trace_dir):
                     for _ in range(args.calls):
-                        out = fn(x, weight, dy)
-                    jax.block_until_ready(out)
+                        chain_args = fn(chain_args)
+                    jax.block_until_ready(chain_args)
                 lines, others = kernel_events(trace_dir)
             print(f"{name} {op} {args.dtype} {args.rows} x {args.row_len}:")
             if not lines:

@@ -12,9 +12,9 @@ forward's output: in a network it exists only once y does.
 
 Timing is on the device: one jitted call chains applications of the op
 (each one's outputs are the next one's inputs, so none can be skipped or
-overlapped), `calls` such calls run back to back with one synchronisation at
-the end, and the time per op of the median of `repeats` such runs is
-reported, after a warm-up. On a GPU, the chain and the number of calls grow
+overlapped), `calls` such calls run back to back, each on the last one's
+outputs, with one synchronisation at the end, and the time per op of the
+median of `repeats` such runs is reported, after a warm-up. On a GPU, the chain and the number of calls grow
 with how fast the op could be at the copy bandwidth (see `plan`): a chain
 keeps the device busy for at least MIN_CALL_SECONDS, so the host's dispatch
 of the next call hides behind it, and a run lasts at least MIN_RUN_SECONDS,
@@ -99,28 +99,42 @@ def minimum_bytes(op, dtype, rows, row_len):
 
 
 def chained(step, chain=CHAIN):
-    """A jitted function applying step `chain` times, each on the last one's outputs.
+    """A jitted function of one tuple of arrays applying step `chain` times,
+    each on the last one's outputs.
 
     The optimisation barrier keeps XLA from fusing one step into the next, so
-    every step reads its inputs from and writes its outputs to memory.
+    every step reads its inputs from and writes its outputs to memory. The
+    tuple is donated: the caller passes each call's outputs to the next call,
+    as the chain passes each step's outputs to the next step.
     """
-    def run(*args):
+    def run(args):
         for _ in range(chain):
             args = jax.lax.optimization_barrier(step(*args))
         return args
-    return jax.jit(run)
+    return jax.jit(run, donate_argnums=0)
 
 
 def per_op_seconds(step, args, calls, repeats, chain=CHAIN):
+    """Seconds per step, over runs of `calls` chains of `chain` steps.
+
+    Each call takes the last one's outputs, so XLA launches the CUDA graph
+    it recorded for the chain (its command buffer) as it is. Called on the
+    same arguments again and again, each call's outputs are new buffers and
+    XLA records the whole graph again on every call: host work that grows
+    with the chain, and took as long as the GPU's work in the small batch's
+    forward, longer for a custom call than for a fusion
+    (kernel_variants/h100_rerecord.log).
+    """
     fn = chained(step, chain)
-    jax.block_until_ready(fn(*args))  # compile and warm up
-    jax.block_until_ready(fn(*args))
+    args = tuple(jnp.copy(a) for a in args)  # the caller's arrays stay valid
+    args = jax.block_until_ready(fn(args))  # compile and warm up
+    args = jax.block_until_ready(fn(args))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(calls):
-            out = fn(*args)
-        jax.block_until_ready(out)
+            args = fn(args)
+        jax.block_until_ready(args)
         times.append((time.perf_counter() - start) / (calls * chain))
     return statistics.median(times)
 

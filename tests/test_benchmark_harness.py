@@ -79,7 +79,7 @@ def test_chain_computes_every_steps_weight_gradient():
     weight = jax.numpy.ones((256,), jax.numpy.bfloat16)
 
     def reductions(fn):
-        return bench.chained(fn, 3).lower(x, weight, x).compile().as_text().count(" reduce(")
+        return bench.chained(fn, 3).lower((x, weight, x)).compile().as_text().count(" reduce(")
 
     # dropped, each step's dweight is dead code; kept, it is one more reduction a step
     assert reductions(step) == reductions(step_dropping_dweight) + 3
