@@ -14,8 +14,9 @@ Timing is on the device: one jitted call chains applications of the op
 (each one's outputs are the next one's inputs, so none can be skipped or
 overlapped), `calls` such calls run back to back, each on the last one's
 outputs, with one synchronisation at the end, and the time per op of the
-median of `repeats` such runs is reported, after a warm-up. On a GPU, the chain and the number of calls grow
-with how fast the op could be at the copy bandwidth (see `plan`): a chain
+median of `repeats` such runs is reported, after a warm-up. On a GPU, the
+chain and the number of calls grow with how fast the op could be at the
+copy bandwidth (see `plan`): a chain
 keeps the device busy for at least MIN_CALL_SECONDS, so the host's dispatch
 of the next call hides behind it, and a run lasts at least MIN_RUN_SECONDS,
 so its start and its synchronisation add under a few percent to the time.
