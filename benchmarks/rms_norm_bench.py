@@ -223,10 +223,16 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None):
                           "copy_gbps": round(bandwidth, 1)}
                 records.append(record)
                 out.write_text(json.dumps(records, indent=1) + "\n")
-                print(f"{op:8} {name:10} {dtype:9} {rows:6} x {row_len:<7} "
-                      f"{record['median_us']:10.1f} us {record['gbps']:8.1f} GB/s "
-                      f"({record['gbps'] / bandwidth:.0%} of copy)", flush=True)
+                print(record_line(record), flush=True)
     return records
+
+
+def record_line(record, decimals=1):
+    """One record as the benchmark prints it."""
+    r = record
+    return (f"{r['op']:8} {r['impl']:10} {r['dtype']:9} {r['rows']:6} x {r['row_len']:<7} "
+            f"{r['median_us']:10.{decimals}f} us {r['gbps']:8.1f} GB/s "
+            f"({r['gbps'] / r['copy_gbps']:.0%} of copy)")
 
 
 def _check(actual, expected, name, op):

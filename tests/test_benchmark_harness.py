@@ -157,3 +157,31 @@ def test_kernel_timeline_says_it_needs_a_gpu(capsys):
     timeline = _load("kernel_timeline")
     assert timeline.main(["--rows", "8", "--row-len", "64"]) == 1
     assert "JAX runs on cpu here" in capsys.readouterr().out
+
+
+def test_rounds_table_gives_each_rounds_fraction_of_copy_and_speed_against_xla(tmp_path, capsys):
+    table = _load("rounds_table")
+
+    def record(impl, us, copy_gbps):
+        nbytes = 4_000_000
+        return {"device": "GPU", "jax_version": "0", "commit": "c", "date": "d", "op": "fwd",
+                "impl": impl, "dtype": "bfloat16", "rows": 16, "row_len": 1024,
+                "median_us": us, "bytes": nbytes, "gbps": nbytes / us / 1e3,
+                "copy_gbps": copy_gbps}
+
+    rounds = [[record("gpu_ops", 2.0, 2500.0), record("xla", 3.0, 2500.0)],
+              [record("gpu_ops", 2.5, 2000.0), record("xla", 2.5, 2000.0)]]
+    paths = []
+    for i, records in enumerate(rounds):
+        paths.append(tmp_path / f"round{i}.json")
+        paths[-1].write_text(json.dumps(records))
+    out = tmp_path / "joined.json"
+    table.main([*map(str, paths), "--out", str(out)])
+    joined = json.loads(out.read_text())
+    assert [r["round"] for r in joined] == [1, 1, 2, 2]
+    fractions, speedups = table.spread(joined)["fwd", "bfloat16", 16, 1024]
+    assert fractions == pytest.approx([0.8, 0.8])
+    assert speedups == pytest.approx([1.5, 1.0])
+    log = capsys.readouterr().out
+    assert "GPU: copy bandwidth 2000 GB/s (round 2)" in log
+    assert "1.500 1.000  min 1.000 median 1.250 max 1.500" in log
