@@ -227,9 +227,8 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None):
     return records
 
 
-def record_line(record, decimals=1):
+def record_line(r, decimals=1):
     """One record as the benchmark prints it."""
-    r = record
     return (f"{r['op']:8} {r['impl']:10} {r['dtype']:9} {r['rows']:6} x {r['row_len']:<7} "
             f"{r['median_us']:10.{decimals}f} us {r['gbps']:8.1f} GB/s "
             f"({r['gbps'] / r['copy_gbps']:.0%} of copy)")

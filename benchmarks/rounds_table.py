@@ -11,20 +11,13 @@ XLA's (XLA's time over gpu_ops') in each round, with their median.
 """
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import statistics
 import sys
 
-HERE = pathlib.Path(__file__).parent
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("rms_norm_bench", HERE / "rms_norm_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from rms_norm_bench import record_line  # noqa: E402
 
 
 def join(rounds):
@@ -53,7 +46,6 @@ def spread(records):
 
 def lines(records):
     """The log: each round's records, then the spread of each case."""
-    record_line = _bench().record_line
     out, last_round = [], None
     for r in records:
         if r["round"] != last_round:
