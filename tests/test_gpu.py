@@ -23,6 +23,16 @@ from reference import assert_close
 pytestmark = pytest.mark.gpu
 
 
+def check_random_op(shape, dtype, seed):
+    """gpu_ops.rms_norm's forward and VJP against the float64 reference, on
+    random x and dy and a weight near 1."""
+    kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
+    x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
+    weight = (1 + 0.3 * jax.random.normal(kw, shape[-1:], jnp.float32)).astype(dtype)
+    dy = jax.random.normal(kd, shape, jnp.float32).astype(dtype)
+    reference.check_op(gpu_ops.rms_norm, x, weight, dy)
+
+
 def test_cuda_kernels_are_used():
     assert gpu_ops.CUDA_COMPILED
     x, w = jnp.ones((4, 8)), jnp.ones(8)
@@ -79,9 +89,10 @@ def test_more_than_two_to_the_31_elements():
                                rtol=2e-2, atol=2e-2 * float(jnp.abs(expected).max()))
 
 
-# Shapes that take each launch shape of the fast kernels (several rows per
-# block, one block per row, a cluster of blocks per row, a row split over many
-# blocks, with a last chunk cut short at 131,080) and the rows they do not
+# Shapes that take each launch shape of the fast kernels (67 rows are few:
+# a block per row, a thread per 16-byte vector, for rows of up to 1,024
+# vectors; then one block per row, a cluster of blocks per row, a row split
+# over many blocks, with a last chunk cut short at 131,080) and the rows they do not
 # cover (row length not a whole number of 16-byte vectors, mixed dtypes,
 # float64), which fall back to the seed's kernels.
 KERNEL_PATH_CASES = [
@@ -93,12 +104,18 @@ KERNEL_PATH_CASES = [
 
 @pytest.mark.parametrize("dtype,row_length", KERNEL_PATH_CASES)
 def test_every_kernel_path(dtype, row_length):
-    kx, kw, kd = jax.random.split(jax.random.key(3), 3)
-    shape = (67, row_length)  # 67 rows: no multiple of any team or segment count
-    x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
-    weight = (1 + 0.3 * jax.random.normal(kw, (row_length,), jnp.float32)).astype(dtype)
-    dy = jax.random.normal(kd, shape, jnp.float32).astype(dtype)
-    reference.check_op(gpu_ops.rms_norm, x, weight, dy)
+    # 67 rows: no multiple of any team or segment count
+    check_random_op((67, row_length), dtype, seed=3)
+
+
+@pytest.mark.parametrize("shape", [(4_099, 1_024), (1_001, 8_192)])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
+def test_forward_of_more_rows_than_the_gpu_holds_blocks_for(dtype, shape):
+    # More rows than the GPU runs blocks of one row at once (a Hopper GPU's
+    # 132 SMs hold 2,112 blocks of 128 threads, 264 of 1024), so not the
+    # few rows' shape: blocks of one or more rows (FastForwardKernel), for
+    # 16-bit rows two a block, the last block holding one.
+    check_random_op(shape, dtype, seed=4)
 
 
 @pytest.mark.parametrize("shape", [(1_001, 16_384), (999, 16_376)])
@@ -107,11 +124,7 @@ def test_forward_of_one_row_per_1024_thread_block(dtype, shape):
     # 16-bit rows of 16,384 take one 1024-thread block each, two to an SM,
     # the weight loaded vector by vector at the store (RowForwardKernel);
     # rows of 16,376 leave the last thread's vector out.
-    kx, kw, kd = jax.random.split(jax.random.key(5), 3)
-    x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
-    weight = (1 + 0.3 * jax.random.normal(kw, shape[-1:], jnp.float32)).astype(dtype)
-    dy = jax.random.normal(kd, shape, jnp.float32).astype(dtype)
-    reference.check_op(gpu_ops.rms_norm, x, weight, dy)
+    check_random_op(shape, dtype, seed=5)
 
 
 # Inputs the grid kernels take (rms_norm_grid_rows.cu). The backward: the
@@ -131,11 +144,7 @@ GRID_CASES = [((32, 262_144), jnp.bfloat16), ((17, 131_080), jnp.float32),
 
 @pytest.mark.parametrize("shape,dtype", GRID_CASES)
 def test_grid_kernels(shape, dtype):
-    kx, kw, kd = jax.random.split(jax.random.key(6), 3)
-    x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
-    weight = (1 + 0.3 * jax.random.normal(kw, shape[-1:], jnp.float32)).astype(dtype)
-    dy = jax.random.normal(kd, shape, jnp.float32).astype(dtype)
-    reference.check_op(gpu_ops.rms_norm, x, weight, dy)
+    check_random_op(shape, dtype, seed=6)
 
 
 @pytest.mark.parametrize("dtype,row_length", [(jnp.bfloat16, 4_096), (jnp.float32, 1_000)])

@@ -532,6 +532,32 @@ std::optional<ffi::Error> WithShape(int row_vectors, Fn&& fn) {
       shape->vectors, [&](auto vectors) { return fn(*shape, vectors); });
 }
 
+// The forward of few rows: where the GPU holds a block for every row at
+// once, with a thread for every 16-byte vector of it, a block takes one row
+// and a thread one vector. The op is then a single wave of short blocks,
+// whose time is mostly the latency of loading a row, adding it up and
+// storing it, and more threads a row with fewer rows a block shorten that.
+// nullopt where the rows do not fit at once (the caller picks another shape).
+template <typename T>
+std::optional<ffi::Error> TryFewRowsForward(cudaStream_t stream,
+                                            const ForwardBuffers& b,
+                                            RowGeometry g, int row_vectors,
+                                            float epsilon) {
+  if (row_vectors > kMaxThreads) return std::nullopt;
+  const int team =
+      static_cast<int>(CeilDiv(row_vectors, kWarpSize)) * kWarpSize;
+  const Shape one_vector{1, team, 1, 1};
+  const auto kernel = FastForwardKernel<T, 1, 1>;
+  if (g.rows > ResidentGroups(kernel, one_vector, 0)) return std::nullopt;
+  return Launch(stream, kernel, one_vector, g.rows, 0,
+                "launching the forward kernel",
+                static_cast<const T*>(b.x.untyped_data()),
+                static_cast<const T*>(b.w.untyped_data()),
+                static_cast<T*>(b.y.untyped_data()),
+                static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+                row_vectors, Reciprocal(g.row_length), epsilon);
+}
+
 }  // namespace
 
 std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
@@ -543,6 +569,10 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
         using T = typename decltype(tag)::type;
         const int row_vectors =
             static_cast<int>(g.row_length / Pack<T>::kSize);
+        if (auto launched = TryFewRowsForward<T>(stream, b, g, row_vectors,
+                                                 static_cast<float>(eps))) {
+          return launched;
+        }
         return WithShape<T, kMaxForwardValues>(
             row_vectors,
             [&](const Shape& shape,
