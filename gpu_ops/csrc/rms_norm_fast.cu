@@ -538,12 +538,13 @@ std::optional<ffi::Error> WithShape(int row_vectors, Fn&& fn) {
 // whose time is mostly the latency of loading a row, adding it up and
 // storing it, and more threads a row with fewer rows a block shorten that.
 // Under the profiler on an H200, the kernel of bfloat16 512 x 4,096 (the
-// benchmark's small batch) went from 2.88 to 2.78 µs, of 2048 x 1,024 from
-// 2.88 to 2.74, of float32 1024 x 1,024 from 2.78 to 2.68; rows of 1,024
-// vectors, in blocks of 1024 threads, gained for bfloat16 256 x 8,192 (3.14
-// to 3.04 µs) but lost for float32 256 x 4,096 (2.82 to 3.01), so rows of
-// more than 512 vectors keep the other shapes
-// (benchmarks/kernel_variants/h200_few_rows.log).
+// benchmark's small batch) went from 2.88 to 2.78 and 2.79 µs in two
+// rounds, of 2048 x 1,024 from 2.88 to 2.75 and 2.72, of float32 1024 x
+// 1,024 from 2.78 to 2.67 and 2.69; rows of 1,024 vectors, in blocks of
+// 1024 threads, gained for bfloat16 256 x 8,192 (3.14 to 3.04 µs) but lost
+// for float32 256 x 4,096 (2.82 to 3.01), so rows of more than 512 vectors
+// keep the other shapes (benchmarks/kernel_variants/h200_few_rows.log;
+// the shapes tried on an H100: h100_small_batch_forward.log).
 // nullopt where the rows do not fit at once (the caller picks another shape).
 template <typename T>
 std::optional<ffi::Error> TryFewRowsForward(cudaStream_t stream,
