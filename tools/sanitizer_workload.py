@@ -15,8 +15,9 @@ CASES = [
     ((2, 4, 512, 4), jnp.bfloat16, jnp.bfloat16),
     ((0, 16), jnp.float32, jnp.float32),
     # the fast kernels: few rows (a block per row, a thread per vector:
-    # 67 x 1024 and 9 x 2048; several rows per block: 40,009 x 1024 and
-    # 3001 x 4096 below), a 1024-thread block per row, the grid
+    # 67 x 1024 and 9 x 2048; more rows than the GPU holds such blocks for,
+    # 40,009 x 1024 and 3001 x 4096 below, take blocks of one or two rows
+    # and more vectors a thread), a 1024-thread block per row, the grid
     # kernels, a cluster per row (the shared-row forward: on 132 SMs the
     # grid forward's sums of these rows do not fit its scratch), a row split
     # over many blocks (the last chunk cut short); the backwards of the rows
