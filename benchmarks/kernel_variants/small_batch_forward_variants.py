@@ -1,8 +1,8 @@
 """The kernel variants of the run in h100_small_batch_forward.log (make_variants.py small_batch_forward).
 
 The bfloat16 small batch (512 x 4,096) is the one case whose forward does not
-keep ahead of XLA's on the H100: 0.978 to 1.000 times its speed in six rounds
-(../results/rounds/nvidia-h100-80gb-hbm3_small_batch.log). Its 4 MiB in and
+keep ahead of XLA's on the H100: 0.978 to 1.000 times its speed in eight rounds
+(../results/rounds/nvidia-h100-80gb-hbm3_small_batch_9e9c7ee.log). Its 4 MiB in and
 out stay in L2 along the benchmark's chain, so the op is one short wave of
 blocks whose time is mostly latency. Earlier shape trials for it ran in
 harnesses that moved it by 10% between rounds (h200_shapes_and_registers.log)
