@@ -547,8 +547,8 @@ std::optional<ffi::Error> WithShape(int row_vectors, Fn&& fn) {
 // the shapes tried on an H100: h100_small_batch_forward.log).
 // nullopt where the rows do not fit at once (the caller picks another shape).
 template <typename T>
-std::optional<ffi::Error> TryFewRowsForward(cudaStream_t stream,
-                                            const ForwardBuffers& b,
+std::optional<ffi::Error> TryFewRowsForward(cudaStream_t stream, const T* x,
+                                            const T* w, T* y, float* inv_rms,
                                             RowGeometry g, int row_vectors,
                                             float epsilon) {
   if (row_vectors > kTeamBlockThreads) return std::nullopt;
@@ -558,11 +558,7 @@ std::optional<ffi::Error> TryFewRowsForward(cudaStream_t stream,
   const auto kernel = FastForwardKernel<T, 1, 1>;
   if (g.rows > ResidentGroups(kernel, one_vector, 0)) return std::nullopt;
   return Launch(stream, kernel, one_vector, g.rows, 0,
-                "launching the forward kernel",
-                static_cast<const T*>(b.x.untyped_data()),
-                static_cast<const T*>(b.w.untyped_data()),
-                static_cast<T*>(b.y.untyped_data()),
-                static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+                "launching the forward kernel", x, w, y, inv_rms, g.rows,
                 row_vectors, Reciprocal(g.row_length), epsilon);
 }
 
@@ -577,8 +573,13 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
         using T = typename decltype(tag)::type;
         const int row_vectors =
             static_cast<int>(g.row_length / Pack<T>::kSize);
-        if (auto launched = TryFewRowsForward<T>(stream, b, g, row_vectors,
-                                                 static_cast<float>(eps))) {
+        const T* x = static_cast<const T*>(b.x.untyped_data());
+        const T* w = static_cast<const T*>(b.w.untyped_data());
+        T* y = static_cast<T*>(b.y.untyped_data());
+        float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
+        const float epsilon = static_cast<float>(eps);
+        if (auto launched = TryFewRowsForward(stream, x, w, y, inv_rms, g,
+                                              row_vectors, epsilon)) {
           return launched;
         }
         return WithShape<T, kMaxForwardValues>(
@@ -587,12 +588,7 @@ std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
                 auto vectors) -> std::optional<ffi::Error> {
               constexpr int kVectors = decltype(vectors)::value;
               constexpr int kRows = std::max(1, kForwardLoads / kVectors);
-              const T* x = static_cast<const T*>(b.x.untyped_data());
-              const T* w = static_cast<const T*>(b.w.untyped_data());
-              T* y = static_cast<T*>(b.y.untyped_data());
-              float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
               const float row_length = static_cast<float>(g.row_length);
-              const float epsilon = static_cast<float>(eps);
               // 16-bit rows in blocks of more than 512 threads: one row a
               // block, two blocks an SM.
               if constexpr (sizeof(T) == 2) {
