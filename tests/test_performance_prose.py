@@ -1,0 +1,179 @@
+"""The numbers chapter 8's prose quotes from the committed results files (the
+plotted runs, the runs before them and the rounds, benchmarks/results/) are
+those files' numbers.
+
+The chapter's tables are computed from benchmarks/results/ each time it runs
+(and nbval checks them), but its prose quotes some of the same numbers: the
+targets it misses, the cases near their line, the small batch. When a new run
+replaces a file, these tests fail until the prose says what the new file says.
+Each test builds the sentence's numbers from the files, formatted as the
+prose writes them, and looks for them in the chapter.
+"""
+
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+H100, H200 = "nvidia-h100-80gb-hbm3", "nvidia-h200"
+SEED, SMALL, ROWS_1024 = (32, 262144), (512, 4096), (16384, 1024)
+COUNTS = {2: "two", 6: "six", 7: "seven", 8: "eight"}
+
+
+@pytest.fixture(scope="module")
+def prose():
+    text = (ROOT / "chapters" / "08_performance.md").read_text()
+    return re.sub(r"\s+", " ", text)
+
+
+def records(name):
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def pick(run, op, impl, case, dtype="bfloat16"):
+    """The one record of a run for op, impl and case (rows, row_len)."""
+    found = [r for r in run if (r["op"], r["impl"], r["dtype"]) == (op, impl, dtype)
+             and (r["rows"], r["row_len"]) == case]
+    assert len(found) == 1, (op, impl, case, len(found))
+    return found[0]
+
+
+def of_copy(record):
+    return record["gbps"] / record["copy_gbps"]
+
+
+def by_round(run):
+    """A rounds file's records, a list per round. The records are in round order
+    (not every file numbers its rounds): a round ends before a case it has."""
+    rounds = []
+    for r in run:
+        key = r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]
+        if not rounds or key in rounds[-1]:
+            rounds.append({})
+        rounds[-1][key] = r
+    return [list(one_round.values()) for one_round in rounds]
+
+
+def in_rounds(name, value):
+    """value(a round's records) for each round of rounds/<name>.json."""
+    return [value(run) for run in by_round(records(f"rounds/{name}"))]
+
+
+def fraction_in_rounds(name, op, case):
+    return in_rounds(name, lambda run: of_copy(pick(run, op, "gpu_ops", case)))
+
+
+def speed_in_rounds(name, op, case):
+    return in_rounds(name, lambda run: pick(run, op, "xla", case)["median_us"]
+                     / pick(run, op, "gpu_ops", case)["median_us"])
+
+
+def percents(values):
+    return f"{min(values):.1%} to {max(values):.1%}"
+
+
+def main_case(rows, row_len):
+    return rows >= 16384 and 1024 <= row_len <= 16384
+
+
+def test_the_forward_cannot_reach_1_2_times_xla(prose):
+    for device in (H100, H200):
+        run = records(device)
+        xla = {(r["rows"], r["row_len"]): of_copy(r) for r in run if r["op"] == "fwd"
+               and r["impl"] == "xla" and r["dtype"] == "bfloat16"
+               and main_case(r["rows"], r["row_len"])}
+        assert len(xla) == 8 and min(xla.values()) > 1 / 1.2, device
+    speed = {case: pick(run, "fwd", "xla", case)["median_us"]
+             / pick(run, "fwd", "gpu_ops", case)["median_us"] for case in xla}
+    lowest, closest = min(xla, key=xla.get), max(speed, key=speed.get)
+    assert (f"on the H200 the lowest is {xla[lowest]:.1%}, for {lowest[0]:,} rows of "
+            f"{lowest[1]:,}; ours comes closest for {closest[0]:,} rows of {closest[1]:,}: "
+            f"{speed[closest]:.2f} times") in prose
+
+
+def test_seed_shape(prose):
+    h100, h200 = records(H100), records(H200)
+    fwd, fwd_bwd = (of_copy(pick(h100, op, "gpu_ops", SEED)) for op in ("fwd", "fwd_bwd"))
+    assert f"({fwd:.1%} and {fwd_bwd:.1%} of the copy bandwidth)" in prose
+    fwd, fwd_bwd = (of_copy(pick(h200, op, "gpu_ops", SEED)) for op in ("fwd", "fwd_bwd"))
+    assert f"it reaches {fwd:.0%} and {fwd_bwd:.0%}" in prose
+    fwd, fwd_bwd = (fraction_in_rounds(f"{H100}_near_targets", op, SEED)
+                    for op in ("fwd", "fwd_bwd"))
+    assert min(fwd) >= 0.9 and min(fwd_bwd) >= 0.8
+    assert (f"in the {COUNTS[len(fwd)]} rounds ({percents(fwd)} and {percents(fwd_bwd)})"
+            in prose)
+    assert f"the seed shape's forward + backward at {percents(fwd_bwd)} of the copy" in prose
+    fwd, fwd_bwd = (fraction_in_rounds(f"{H200}_near_targets", op, SEED)
+                    for op in ("fwd", "fwd_bwd"))
+    assert f"({percents(fwd)} and {percents(fwd_bwd)} in the rounds)" in prose
+
+
+def test_forward_and_backward_of_rows_of_1024(prose):
+    h100 = fraction_in_rounds(f"{H100}_near_targets", "fwd_bwd", ROWS_1024)
+    assert min(h100) >= 0.8
+    assert f"the forward + backward of 16,384 rows of 1,024 at {percents(h100)}" in prose
+    assert f"this case reaches {percents(h100)} in the rounds" in prose
+
+    def quoted(record):
+        return f"{of_copy(record):.1%}", f"{record['median_us']:.1f} µs", \
+            f"{record['copy_gbps']:,.0f} GB/s"
+    plotted, before, before_that = (
+        quoted(pick(records(name), "fwd_bwd", "gpu_ops", ROWS_1024))
+        for name in (H200, f"earlier_runs/{H200}_e3a235c",
+                     f"earlier_runs/{H200}_9e9c7ee_fresh_outputs"))
+    assert (f"It reached {plotted[0]} of the copy bandwidth in the run plotted here "
+            f"({plotted[1]}, against a copy measured at {plotted[2]})") in prose
+    assert f"{before[0]} in the run before, on another machine ({before[1]}, {before[2]}" in prose
+    assert f"{before_that[0]} in the one before that ({before_that[1]}, {before_that[2]})" in prose
+    run = records(f"rounds/{H200}_near_targets")
+    rounds = [pick(r, "fwd_bwd", "gpu_ops", ROWS_1024) for r in by_round(run)]
+    us = [r["median_us"] for r in rounds]
+    copy = [r["copy_gbps"] for r in rounds]
+    h200 = percents([of_copy(r) for r in rounds])
+    assert (f"{h200} in the {COUNTS[len(rounds)]} rounds, on one machine "
+            f"({min(us):.1f} to {max(us):.1f} µs, {min(copy):,.0f} to {max(copy):,.0f} GB/s)"
+            ) in prose
+    assert (f"({plotted[0]} in the run plotted here, {h200} in the {COUNTS[len(rounds)]} "
+            f"rounds, though {before[0]} in the run before)") in prose
+
+
+def test_small_batch_forward(prose):
+    h100_ours, h100_xla, h200_ours, h200_xla = (
+        pick(records(device), "fwd", impl, SMALL)["median_us"]
+        for device in (H100, H200) for impl in ("gpu_ops", "xla"))
+    assert (f"ours took {h100_ours:.2f} µs against XLA's {h100_xla:.2f} on the H100, and "
+            f"{h200_ours:.2f} against {h200_xla:.2f} µs on the H200: "
+            f"{h100_xla / h100_ours:.2f} and {h200_xla / h200_ours:.2f} times") in prose
+
+    def rounds_of(device):
+        name = f"{device}_small_batch"
+        times = {impl: in_rounds(name, lambda run, impl=impl:
+                                 pick(run, "fwd", impl, SMALL)["median_us"])
+                 for impl in ("gpu_ops", "xla")}
+        return (times, speed_in_rounds(name, "fwd", SMALL),
+                speed_in_rounds(name, "fwd_bwd", SMALL))
+
+    times, fwd, fwd_bwd = rounds_of(H200)
+    assert (f"In {COUNTS[len(fwd)]} rounds one after another on one H200 ours took "
+            f"{min(times['gpu_ops']):.2f} to {max(times['gpu_ops']):.2f} µs and XLA's "
+            f"{min(times['xla']):.2f} to {max(times['xla']):.2f}: {min(fwd):.3f} to "
+            f"{max(fwd):.3f} times XLA's speed, while the forward + backward was "
+            f"{min(fwd_bwd):.2f} to {max(fwd_bwd):.2f} times XLA's speed in all "
+            f"{COUNTS[len(fwd_bwd)]}") in prose
+    assert max(fwd) < 1 and f"missed on the H200 by up to {1 - min(fwd):.0%}" in prose
+    times, fwd, fwd_bwd = rounds_of(H100)
+    assert min(fwd) >= 1
+    assert (f"In {COUNTS[len(fwd)]} rounds on one H100 ours took "
+            f"{min(times['gpu_ops']):.2f} to {max(times['gpu_ops']):.2f} µs and XLA's "
+            f"{min(times['xla']):.2f} to {max(times['xla']):.2f}: {min(fwd):.3f} to "
+            f"{max(fwd):.3f} times XLA's speed, and {min(fwd_bwd):.2f} to "
+            f"{max(fwd_bwd):.2f} in the forward + backward") in prose
+    assert f"the small batch's forward at {min(fwd):.2f} to {max(fwd):.2f} times" in prose
+    h100_before, h200_before = (speed_in_rounds(f"{d}_small_batch_9e9c7ee", "fwd", SMALL)
+                                for d in (H100, H200))
+    assert (f"{min(h100_before):.3f} to {max(h100_before):.3f} times XLA's speed in "
+            f"{COUNTS[len(h100_before)]} rounds on one H100, {min(h200_before):.3f} to "
+            f"{max(h200_before):.3f} in {COUNTS[len(h200_before)]} on one H200") in prose
