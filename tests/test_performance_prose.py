@@ -1,6 +1,6 @@
 """The numbers chapter 8's prose quotes from the committed results files (the
 plotted runs, the runs before them and the rounds, benchmarks/results/) are
-those files' numbers.
+those files' numbers (and the README's one such sentence).
 
 The chapter's tables are computed from benchmarks/results/ each time it runs
 (and nbval checks them), but its prose quotes some of the same numbers: the
@@ -10,6 +10,7 @@ Each test builds the sentence's numbers from the files, formatted as the
 prose writes them, and looks for them in the chapter.
 """
 
+import collections
 import json
 import pathlib
 import re
@@ -20,13 +21,17 @@ ROOT = pathlib.Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 H100, H200 = "nvidia-h100-80gb-hbm3", "nvidia-h200"
 SEED, SMALL, ROWS_1024 = (32, 262144), (512, 4096), (16384, 1024)
-COUNTS = {2: "two", 6: "six", 7: "seven", 8: "eight"}
+COUNTS = {4: "four", 6: "six", 7: "seven", 8: "eight"}
+
+
+def text_of(path):
+    """A file's text with every run of white space made one space."""
+    return re.sub(r"\s+", " ", (ROOT / path).read_text())
 
 
 @pytest.fixture(scope="module")
 def prose():
-    text = (ROOT / "chapters" / "08_performance.md").read_text()
-    return re.sub(r"\s+", " ", text)
+    return text_of("chapters/08_performance.md")
 
 
 def records(name):
@@ -109,6 +114,15 @@ def test_seed_shape(prose):
     fwd, fwd_bwd = (fraction_in_rounds(f"{H200}_near_targets", op, SEED)
                     for op in ("fwd", "fwd_bwd"))
     assert f"({percents(fwd)} and {percents(fwd_bwd)} in the rounds)" in prose
+    # The H100's forward + backward with the harness before the plotted runs'.
+    fresh, jax_0_11, jax_0_12 = (
+        f"{of_copy(pick(records(name), 'fwd_bwd', 'gpu_ops', SEED)):.1%}"
+        for name in (f"earlier_runs/{H100}_9e9c7ee_fresh_outputs",
+                     f"jax_versions/{H100}_jax_0.11.2", f"jax_versions/{H100}_jax_0.12.0.1"))
+    assert (f"it reached {fresh}, then {jax_0_11} and {jax_0_12} on one machine with JAX "
+            f"0.11.2 and 0.12.0.1") in prose
+    rounds = fraction_in_rounds(f"{H100}_seed_shape_fresh_outputs", "fwd_bwd", SEED)
+    assert f"and {percents(rounds)} in {COUNTS[len(rounds)]} rounds on another" in prose
 
 
 def test_forward_and_backward_of_rows_of_1024(prose):
@@ -177,3 +191,35 @@ def test_small_batch_forward(prose):
     assert (f"{min(h100_before):.3f} to {max(h100_before):.3f} times XLA's speed in "
             f"{COUNTS[len(h100_before)]} rounds on one H100, {min(h200_before):.3f} to "
             f"{max(h200_before):.3f} in {COUNTS[len(h200_before)]} on one H200") in prose
+
+
+def test_between_runs(prose):
+    def moved(impl):
+        """The most a case's time moved over the rounds near their targets: slowest
+        over fastest, less one, on either GPU."""
+        times = collections.defaultdict(list)
+        for device in (H100, H200):
+            for r in records(f"rounds/{device}_near_targets"):
+                if r["impl"] == impl:
+                    times[device, r["op"], r["dtype"], r["rows"], r["row_len"]].append(
+                        r["median_us"])
+        return max(max(case) / min(case) - 1 for case in times.values())
+    assert (f"moved each of our times by at most {moved('gpu_ops'):.1%} (the "
+            f"`*_near_targets` files; XLA's by up to {moved('xla'):.1%})") in prose
+
+    def changes(device):
+        """{case: time with JAX 0.12.0.1 over time with 0.11.2, less one}."""
+        before, after = ({(r["op"], r["impl"], r["rows"], r["row_len"]): r["median_us"]
+                          for r in records(f"jax_versions/{device}_jax_{version}")}
+                         for version in ("0.11.2", "0.12.0.1"))
+        assert before.keys() == after.keys()
+        return {case: after[case] / before[case] - 1 for case in before}
+    h100, h200 = changes(H100), changes(H200)
+    # "The same time to 1%" at the one decimal of the versions' logs (+1.0% is 1.02%).
+    same = [sum(round(abs(c) * 1000) <= 10 for c in d.values()) for d in (h100, h200)]
+    longer = [d["fwd", "xla", 16384, 16384] for d in (h100, h200)]
+    assert (f"to 1% in {same[0]} of {len(h100)} cases on one H100 and {same[1]} on one "
+            f"H200, XLA's and ours; XLA's forward of 16,384 rows of 16,384 took "
+            f"{longer[0]:.1%} and {longer[1]:.1%} longer") in prose
+    assert (f"took the same time with both versions, to 1%, in {same[0]} and {same[1]} of "
+            f"{len(h100)} cases") in text_of("README.md")
