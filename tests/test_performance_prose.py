@@ -14,11 +14,15 @@ import collections
 import json
 import pathlib
 import re
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from rounds_table import case_key, join, spread  # noqa: E402
+
 H100, H200 = "nvidia-h100-80gb-hbm3", "nvidia-h200"
 SEED, SMALL, ROWS_1024 = (32, 262144), (512, 4096), (16384, 1024)
 COUNTS = {4: "four", 6: "six", 7: "seven", 8: "eight"}
@@ -40,8 +44,7 @@ def records(name):
 
 def pick(run, op, impl, case, dtype="bfloat16"):
     """The one record of a run for op, impl and case (rows, row_len)."""
-    found = [r for r in run if (r["op"], r["impl"], r["dtype"]) == (op, impl, dtype)
-             and (r["rows"], r["row_len"]) == case]
+    found = [r for r in run if case_key(r) == (op, dtype, *case) and r["impl"] == impl]
     assert len(found) == 1, (op, impl, case, len(found))
     return found[0]
 
@@ -50,30 +53,30 @@ def of_copy(record):
     return record["gbps"] / record["copy_gbps"]
 
 
-def by_round(run):
-    """A rounds file's records, a list per round. The records are in round order
-    (not every file numbers its rounds): a round ends before a case it has."""
-    rounds = []
-    for r in run:
-        key = r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]
-        if not rounds or key in rounds[-1]:
-            rounds.append({})
-        rounds[-1][key] = r
-    return [list(one_round.values()) for one_round in rounds]
+def rounds(name):
+    """The records of rounds/<name>.json, numbered by round as rounds_table.py
+    numbers them. The records are in round order, but not every file numbers
+    its rounds: a round ends before a case it already has."""
+    per_round = []
+    for r in records(f"rounds/{name}"):
+        if not per_round or (r["impl"], case_key(r)) in per_round[-1]:
+            per_round.append({})
+        per_round[-1][r["impl"], case_key(r)] = r
+    return join(list(one_round.values()) for one_round in per_round)
 
 
-def in_rounds(name, value):
-    """value(a round's records) for each round of rounds/<name>.json."""
-    return [value(run) for run in by_round(records(f"rounds/{name}"))]
+def in_rounds(name, op, impl, case):
+    """impl's records of op and case (rows, row_len), bfloat16, one per round."""
+    return [r for r in rounds(name) if case_key(r) == (op, "bfloat16", *case)
+            and r["impl"] == impl]
 
 
 def fraction_in_rounds(name, op, case):
-    return in_rounds(name, lambda run: of_copy(pick(run, op, "gpu_ops", case)))
+    return spread(rounds(name))[(op, "bfloat16", *case)][0]
 
 
 def speed_in_rounds(name, op, case):
-    return in_rounds(name, lambda run: pick(run, op, "xla", case)["median_us"]
-                     / pick(run, op, "gpu_ops", case)["median_us"])
+    return spread(rounds(name))[(op, "bfloat16", *case)][1]
 
 
 def percents(values):
@@ -157,15 +160,14 @@ def test_forward_and_backward_of_rows_of_1024(prose):
             f"({plotted[1]}, against a copy measured at {plotted[2]})") in prose
     assert f"{before[0]} in the run before, on another machine ({before[1]}, {before[2]}" in prose
     assert f"{before_that[0]} in the one before that ({before_that[1]}, {before_that[2]})" in prose
-    run = records(f"rounds/{H200}_near_targets")
-    rounds = [pick(r, "fwd_bwd", "gpu_ops", ROWS_1024) for r in by_round(run)]
-    us = [r["median_us"] for r in rounds]
-    copy = [r["copy_gbps"] for r in rounds]
-    h200 = percents([of_copy(r) for r in rounds])
-    assert (f"{h200} in the {COUNTS[len(rounds)]} rounds, on one machine "
+    h200_rounds = in_rounds(f"{H200}_near_targets", "fwd_bwd", "gpu_ops", ROWS_1024)
+    us = [r["median_us"] for r in h200_rounds]
+    copy = [r["copy_gbps"] for r in h200_rounds]
+    h200 = percents([of_copy(r) for r in h200_rounds])
+    assert (f"{h200} in the {COUNTS[len(h200_rounds)]} rounds, on one machine "
             f"({min(us):.1f} to {max(us):.1f} µs, {min(copy):,.0f} to {max(copy):,.0f} GB/s)"
             ) in prose
-    assert (f"({plotted[0]} in the run plotted here, {h200} in the {COUNTS[len(rounds)]} "
+    assert (f"({plotted[0]} in the run plotted here, {h200} in the {COUNTS[len(h200_rounds)]} "
             f"rounds, though {before[0]} in the run before)") in prose
 
 
@@ -179,8 +181,7 @@ def test_small_batch_forward(prose):
 
     def rounds_of(device):
         name = f"{device}_small_batch"
-        times = {impl: in_rounds(name, lambda run, impl=impl:
-                                 pick(run, "fwd", impl, SMALL)["median_us"])
+        times = {impl: [r["median_us"] for r in in_rounds(name, "fwd", impl, SMALL)]
                  for impl in ("gpu_ops", "xla")}
         return (times, speed_in_rounds(name, "fwd", SMALL),
                 speed_in_rounds(name, "fwd_bwd", SMALL))
@@ -214,10 +215,9 @@ def test_between_runs(prose):
         over fastest, less one, on either GPU."""
         times = collections.defaultdict(list)
         for device in (H100, H200):
-            for r in records(f"rounds/{device}_near_targets"):
+            for r in rounds(f"{device}_near_targets"):
                 if r["impl"] == impl:
-                    times[device, r["op"], r["dtype"], r["rows"], r["row_len"]].append(
-                        r["median_us"])
+                    times[device, case_key(r)].append(r["median_us"])
         return max(max(case) / min(case) - 1 for case in times.values())
     assert (f"moved each of our times by at most {moved('gpu_ops'):.1%} (the "
             f"`*_near_targets` files; XLA's by up to {moved('xla'):.1%})") in prose
