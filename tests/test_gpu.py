@@ -23,14 +23,19 @@ from reference import assert_close
 pytestmark = pytest.mark.gpu
 
 
-def check_random_op(shape, dtype, seed):
-    """gpu_ops.rms_norm's forward and VJP against the float64 reference, on
-    random x and dy and a weight near 1."""
+def random_inputs(shape, dtype, seed):
+    """Random x and dy of shape and a weight near 1, all of dtype."""
     kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
     x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
     weight = (1 + 0.3 * jax.random.normal(kw, shape[-1:], jnp.float32)).astype(dtype)
     dy = jax.random.normal(kd, shape, jnp.float32).astype(dtype)
-    reference.check_op(gpu_ops.rms_norm, x, weight, dy)
+    return x, weight, dy
+
+
+def check_random_op(shape, dtype, seed):
+    """gpu_ops.rms_norm's forward and VJP against the float64 reference, on
+    random_inputs."""
+    reference.check_op(gpu_ops.rms_norm, *random_inputs(shape, dtype, seed))
 
 
 def test_cuda_kernels_are_used():
@@ -43,10 +48,7 @@ def test_cuda_kernels_are_used():
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_more_rows_than_a_grid_dimension(dtype):
     rows = 70_001  # more than 65,535: the seed's kernels put rows on gridDim.y
-    kx, kw, kd = jax.random.split(jax.random.key(0), 3)
-    x = jax.random.normal(kx, (rows, 96), jnp.float32).astype(dtype)
-    weight = (1 + 0.3 * jax.random.normal(kw, (96,), jnp.float32)).astype(dtype)
-    dy = jax.random.normal(kd, (rows, 96), jnp.float32).astype(dtype)
+    x, weight, dy = random_inputs((rows, 96), dtype, seed=0)
     y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
     assert_close(y, reference.forward(x, weight))
     dx, dweight = pullback(dy)
