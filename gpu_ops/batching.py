@@ -9,6 +9,8 @@ to the front and runs once. Two cases cannot be folded into rows:
   batch into rows would sum it over the batch. It also runs once per example.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.interpreters import batching
@@ -16,16 +18,33 @@ from jax.interpreters import batching
 from gpu_ops.primitives import rms_norm_bwd_p, rms_norm_fwd_p
 
 
+@functools.lru_cache(maxsize=None)
+def _per_example(primitive, dims, params):
+    """A jitted function binding `primitive` once per example (``lax.map``).
+
+    `dims` gives each argument's batch axis (None: shared by all examples).
+    The function is built once per (primitive, dims, params), so a repeated
+    eager ``vmap`` finds it in jit's cache instead of tracing and compiling a
+    new ``lax.map`` at every call.
+    """
+    params = dict(params)
+
+    def per_example(*args):
+        batched = [jnp.moveaxis(a, d, 0) for a, d in zip(args, dims) if d is not None]
+
+        def one_example(example_args):
+            parts = iter(example_args)
+            full = [next(parts) if d is not None else a for a, d in zip(args, dims)]
+            return primitive.bind(*full, **params)
+
+        return jax.lax.map(one_example, batched)
+
+    return jax.jit(per_example)
+
+
 def _once_per_example(primitive, args, dims, **params):
-    """Bind `primitive` once per example, with lax.map over the batched args."""
-    batched = [jnp.moveaxis(a, d, 0) for a, d in zip(args, dims) if d is not None]
-
-    def one_example(example_args):
-        parts = iter(example_args)
-        full = [next(parts) if d is not None else a for a, d in zip(args, dims)]
-        return primitive.bind(*full, **params)
-
-    outputs = jax.lax.map(one_example, batched)
+    """Bind `primitive` once per example; every result is batched along axis 0."""
+    outputs = _per_example(primitive, tuple(dims), tuple(sorted(params.items())))(*args)
     return outputs, [0] * len(outputs)
 
 

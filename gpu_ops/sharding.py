@@ -4,7 +4,8 @@ XLA cannot see inside a custom call, so without help it gathers a sharded
 input onto every device before calling it. Every row is normalised on its
 own, though, so each device can work on its own rows. The rules here say so:
 
-- the leading (row) axes keep whatever sharding the input has;
+- the leading (row) axes keep the sharding the input has, where the mesh
+  axes divide them evenly (padding rows must not reach the weight gradient);
 - the normalised axes, and the weight, are replicated (an input sharded along
   a normalised axis is gathered first, so the answer stays right);
 - the weight gradient, a sum over rows, is summed across the devices that
@@ -68,14 +69,35 @@ def _mesh_axes(spec):
     return tuple(axes)
 
 
+def _dividing_axes(entry, size, mesh):
+    """The longest leading run of `entry`'s mesh axes whose devices divide `size`.
+
+    A mesh axis that does not divide a row axis would split it into padded
+    shards: XLA pads the last shards with rows of its own, and a kernel
+    cannot tell those from real rows. The forward drops what it computes for
+    them, but the weight gradient, a sum over rows, would add them in. Such
+    an axis (and any after it) is left out, so its rows are gathered first.
+    """
+    axes = () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+    kept, devices = [], 1
+    for axis in axes:
+        devices *= mesh.shape[axis]
+        if size % devices:
+            break
+        kept.append(axis)
+    return tuple(kept) if len(kept) > 1 else (kept[0] if kept else None)
+
+
 def _row_shardings(mesh, x_info, weight_ndim):
-    """Shardings that keep x's row axes as they are and replicate the rest.
+    """Shardings that keep x's evenly split row axes and replicate the rest.
 
     Returns the shardings of x, of inv_rms and of a replicated array, and the
     mesh axes the rows are split over.
     """
     lead = len(x_info.shape) - weight_ndim
-    rows = (tuple(x_info.sharding.spec) + (None,) * lead)[:lead]
+    spec = (tuple(x_info.sharding.spec) + (None,) * lead)[:lead]
+    rows = tuple(_dividing_axes(entry, size, mesh)
+                 for entry, size in zip(spec, x_info.shape[:lead]))
     x_sharding = NamedSharding(mesh, PartitionSpec(*rows, *(None,) * weight_ndim))
     inv_sharding = NamedSharding(mesh, PartitionSpec(*rows))
     replicated = NamedSharding(mesh, PartitionSpec())

@@ -87,3 +87,49 @@ def test_empty_batch():
     dx, dweight = pullback(jnp.zeros_like(y))
     assert dx.shape == x.shape and dx.dtype == x.dtype
     np.testing.assert_array_equal(np.asarray(dweight), np.zeros(8, np.float32))
+
+
+# The accuracy every implementation reaches on long sums, relative to the
+# result's largest magnitude, in units of the result dtype's machine epsilon:
+# the rounding of the result itself (half a unit) plus what the sums lose.
+# The CPU code sums in double, pairwise; the CUDA kernels sum in float32 (in
+# double for float64 inputs), in trees of per-thread partial sums.
+ACCURACY_IN_EPSILONS = {
+    jnp.dtype(jnp.float16): 2,
+    jnp.dtype(jnp.bfloat16): 2,
+    jnp.dtype(jnp.float32): 8,
+    jnp.dtype(jnp.float64): 1024,
+}
+
+
+def _assert_accurate(actual, expected):
+    dtype = jnp.dtype(actual.dtype)
+    bound = ACCURACY_IN_EPSILONS[dtype] * float(jnp.finfo(dtype).eps)
+    error = np.max(np.abs(np.asarray(actual, np.float64) - expected))
+    scale = np.max(np.abs(expected))
+    assert error <= bound * scale, f"{dtype}: error {error / scale:.3g} of scale > {bound:.3g}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_row_of_2_25_ones_normalises_to_one(dtype):
+    # A sequential float32 sum of squares stops growing at 2**24: this row
+    # came out as sqrt(2) instead of 1.
+    n = 2**25
+    y = gpu_ops.rms_norm(jnp.ones((1, n), dtype), jnp.ones(n, dtype))
+    _assert_accurate(y, np.full((1, n), 1 / np.sqrt(1 + 1e-5)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_long_random_row_is_accurate(dtype):
+    x, weight, dy = _inputs((1, 2**20), (2**20,), dtype, dtype, seed=2)
+    y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    _assert_accurate(y, reference.forward(x, weight))
+    dx, _ = pullback(dy)
+    _assert_accurate(dx, reference.vjp(x, weight, dy)[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_weight_gradient_over_2_20_rows_is_accurate(dtype):
+    x, weight, dy = _inputs((2**20, 8), (8,), dtype, dtype, seed=3)
+    _, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
+    _assert_accurate(pullback(dy)[1], reference.vjp(x, weight, dy)[1])

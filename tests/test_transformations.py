@@ -87,3 +87,36 @@ def test_jacrev_matches_reference():
             dy = np.zeros((2, 5))
             dy[i, j] = 1.0
             assert_close(jac[i, j], reference.vjp(x[0], weights[0], dy)[0])
+
+
+def _compilations_of_repeated_calls(f):
+    """How many times XLA compiles while f() runs a second and third time."""
+    compilations = []
+
+    def count(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compilations.append(event)
+
+    jax.block_until_ready(f())
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        jax.block_until_ready(f())
+        jax.block_until_ready(f())
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    return len(compilations)
+
+
+def test_repeated_eager_calls_compile_nothing():
+    # The per-example rules built a new lax.map body at every call, so eager
+    # vmap over the weight, vmap of grad and jacrev compiled it every time.
+    x, weights = _data()
+    calls = {
+        "op": lambda: gpu_ops.rms_norm(x, weights[0]),
+        "vmap over the weight": lambda: jax.vmap(gpu_ops.rms_norm)(x, weights),
+        "vmap of grad": lambda: jax.vmap(jax.grad(_loss, argnums=(0, 1)), in_axes=(0, None))(
+            x, weights[0]),
+        "jacrev": lambda: jax.jacrev(gpu_ops.rms_norm)(x[0], weights[0]),
+    }
+    compiled = {name: _compilations_of_repeated_calls(f) for name, f in calls.items()}
+    assert compiled == dict.fromkeys(calls, 0)

@@ -13,49 +13,83 @@
 namespace gpu_ops {
 namespace {
 
+// Every sum is taken in double, pairwise: its rounding error grows with the
+// logarithm of its length, not with the length, so a row of 2^25 values or a
+// weight gradient over millions of rows is as exact as a short one. (A
+// sequential float32 sum of 2^25 ones stops growing at 2^24.)
+constexpr int64_t kPairwiseLeaf = 128;
+
+template <typename F>
+double PairwiseSum(int64_t begin, int64_t end, const F& term) {
+  if (end - begin <= kPairwiseLeaf) {
+    double sum = 0;
+    for (int64_t i = begin; i < end; ++i) sum += term(i);
+    return sum;
+  }
+  const int64_t middle = begin + (end - begin) / 2;
+  return PairwiseSum(begin, middle, term) + PairwiseSum(middle, end, term);
+}
+
 template <typename X, typename W>
 void ForwardRows(const X* x, const W* w, W* y, AccumulatorFor<X>* inv_rms,
                  RowGeometry g, double eps) {
-  using A = AccumulatorFor<X>;
+  const int64_t n = g.row_length;
   for (int64_t r = 0; r < g.rows; ++r) {
-    const X* x_row = x + r * g.row_length;
-    W* y_row = y + r * g.row_length;
-    A sum_squares = 0;
-    for (int64_t c = 0; c < g.row_length; ++c) {
-      const A v = Load<A>(x_row[c]);
-      sum_squares += v * v;
+    const X* x_row = x + r * n;
+    W* y_row = y + r * n;
+    const double sum_squares = PairwiseSum(0, n, [&](int64_t c) {
+      const double v = Load<double>(x_row[c]);
+      return v * v;
+    });
+    const double inv = 1.0 / std::sqrt(sum_squares / double(n) + eps);
+    for (int64_t c = 0; c < n; ++c) {
+      y_row[c] = Store<W>::From(Load<double>(w[c]) * (inv * Load<double>(x_row[c])));
     }
-    const A inv = A(1) / std::sqrt(sum_squares / A(g.row_length) + A(eps));
-    for (int64_t c = 0; c < g.row_length; ++c) {
-      y_row[c] = Store<W>::From(Load<A>(w[c]) * (inv * Load<A>(x_row[c])));
-    }
-    inv_rms[r] = inv;
+    inv_rms[r] = static_cast<AccumulatorFor<X>>(inv);
   }
 }
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv
+//
+// BackwardRows computes dx for rows [begin, end) and adds their part of the
+// weight gradient to dw_sum, splitting the rows in halves (each half into a
+// vector of its own) down to kPairwiseLeaf rows: the weight gradient's sums
+// over rows are pairwise too.
 template <typename X, typename W>
 void BackwardRows(const W* dy, const AccumulatorFor<X>* inv_rms, const X* x,
-                  const W* w, X* dx, W* dw, RowGeometry g) {
-  using A = AccumulatorFor<X>;
-  std::vector<A> dw_sum(static_cast<size_t>(g.row_length), A(0));
-  for (int64_t r = 0; r < g.rows; ++r) {
-    const int64_t offset = r * g.row_length;
-    const A inv = inv_rms[r];
-    A dot = 0;
-    for (int64_t c = 0; c < g.row_length; ++c) {
-      const A xv = Load<A>(x[offset + c]);
-      const A dyv = Load<A>(dy[offset + c]);
-      dot += dyv * Load<A>(w[c]) * xv;
+                  const W* w, X* dx, double* dw_sum, RowGeometry g,
+                  int64_t begin, int64_t end) {
+  const int64_t n = g.row_length;
+  if (end - begin > kPairwiseLeaf) {
+    const int64_t middle = begin + (end - begin) / 2;
+    std::vector<double> second_half(static_cast<size_t>(n), 0.0);
+    BackwardRows(dy, inv_rms, x, w, dx, dw_sum, g, begin, middle);
+    BackwardRows(dy, inv_rms, x, w, dx, second_half.data(), g, middle, end);
+    for (int64_t c = 0; c < n; ++c) dw_sum[c] += second_half[c];
+    return;
+  }
+  for (int64_t r = begin; r < end; ++r) {
+    const X* x_row = x + r * n;
+    const W* dy_row = dy + r * n;
+    const double inv = inv_rms[r];
+    const double dot = PairwiseSum(0, n, [&](int64_t c) {
+      return Load<double>(dy_row[c]) * Load<double>(w[c]) * Load<double>(x_row[c]);
+    });
+    const double correction = inv * inv * dot / double(n);
+    for (int64_t c = 0; c < n; ++c) {
+      const double xv = Load<double>(x_row[c]);
+      const double dyv = Load<double>(dy_row[c]);
+      dx[r * n + c] = Store<X>::From(inv * (dyv * Load<double>(w[c]) - xv * correction));
       dw_sum[c] += dyv * xv * inv;
     }
-    const A correction = inv * inv * dot / A(g.row_length);
-    for (int64_t c = 0; c < g.row_length; ++c) {
-      const A xv = Load<A>(x[offset + c]);
-      const A dyw = Load<A>(dy[offset + c]) * Load<A>(w[c]);
-      dx[offset + c] = Store<X>::From(inv * (dyw - xv * correction));
-    }
   }
+}
+
+template <typename X, typename W>
+void Backward(const W* dy, const AccumulatorFor<X>* inv_rms, const X* x,
+              const W* w, X* dx, W* dw, RowGeometry g) {
+  std::vector<double> dw_sum(static_cast<size_t>(g.row_length), 0.0);
+  BackwardRows(dy, inv_rms, x, w, dx, dw_sum.data(), g, 0, g.rows);
   for (int64_t c = 0; c < g.row_length; ++c) {
     dw[c] = Store<W>::From(dw_sum[c]);
   }
@@ -100,7 +134,7 @@ ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
         x.element_type(), w.element_type(), [&](auto xt, auto wt) {
           using X = typename decltype(xt)::type;
           using W = typename decltype(wt)::type;
-          BackwardRows(
+          Backward(
               static_cast<const W*>(dy.untyped_data()),
               static_cast<const AccumulatorFor<X>*>(inv_rms.untyped_data()),
               static_cast<const X*>(x.untyped_data()),
