@@ -52,14 +52,20 @@ for _platform, _targets in _native.targets().items():
         jax.ffi.register_ffi_target(_name, _capsule, platform=_platform)
 
 
-def dweight_partial_rows(rows: int, row_length: int) -> int:
-    """Height of the scratch matrix the CUDA backward sums the weight gradient in."""
-    return _native.dweight_partial_rows(rows, row_length)
+def dweight_partial_rows(rows, row_length: int):
+    """Height of the scratch matrix the CUDA backward sums the weight gradient in.
+
+    The rule of ``DweightPartialRows`` (cuda_scratch.h), written with
+    ``jax.core.min_dim``/``max_dim`` so that `rows` may be symbolic, as it is
+    in a function exported for any batch size.
+    """
+    cap = _native.dweight_partial_rows_cap(row_length)
+    return jax.core.max_dim(jax.core.min_dim(cap, rows // 2), 1)
 
 
 def _rows_and_length(x_shape, weight_shape):
-    row_length = math.prod(weight_shape)
-    return math.prod(x_shape) // row_length, row_length
+    lead = len(x_shape) - len(weight_shape)
+    return math.prod(x_shape[:lead]), math.prod(weight_shape)
 
 
 def cuda_forward_scratch(x_shape, weight_shape):
@@ -68,7 +74,7 @@ def cuda_forward_scratch(x_shape, weight_shape):
     The split-row kernels' chunk sums: float32, empty for rows they do not take.
     """
     rows, row_length = _rows_and_length(x_shape, weight_shape)
-    return [((_native.chunk_sums_length(rows, row_length),), np.float32)]
+    return [((rows * _native.chunk_sums_per_row(row_length),), np.float32)]
 
 
 def cuda_backward_scratch(x_shape, x_dtype, weight_shape):

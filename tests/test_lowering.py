@@ -39,7 +39,7 @@ def test_cuda_backward_has_scratch_results_and_cpu_does_not():
                   if "rms_norm_bwd" in c]
     cpu_calls = [c for c in _custom_calls(_stablehlo(grad, x, w, platform="cpu"))
                  if "rms_norm_bwd" in c]
-    partials = gpu_ops.ffi_targets.dweight_partial_rows(1000, 8)
+    partials = gpu_ops._native.dweight_partial_rows(1000, 8)
     assert partials == 500  # one segment per two rows: 2**21 scratch elements allow it
     assert (f"-> (tensor<1000x8xf32>, tensor<8xf32>, tensor<{partials}x8xf32>, "
             "tensor<0xf32>)") in cuda_calls[0]
@@ -85,3 +85,39 @@ def test_handlers_xla_would_refuse_stop_the_import(built, installed, refused):
             check(built, installed)
     else:
         check(built, installed)
+
+
+@pytest.mark.parametrize("row_length", [1, 8, 1000, 2048, 4096, 2**21, 2**22])
+def test_scratch_height_rule_in_python_is_the_kernels(row_length):
+    # The lowering composes the kernels' rule itself, so that it can take a
+    # symbolic number of rows; for concrete rows both must agree.
+    for rows in (0, 1, 2, 3, 7, 100, 2047, 2048, 2049, 4096, 10**6):
+        assert (gpu_ops.ffi_targets.dweight_partial_rows(rows, row_length)
+                == gpu_ops._native.dweight_partial_rows(rows, row_length)), rows
+
+
+@pytest.mark.parametrize("row_shape", [(4096,), (2, 8200)], ids=str)
+def test_export_with_a_symbolic_batch_runs_at_any_batch_size(row_shape):
+    # The CUDA calls' scratch results were sized in Python from concrete
+    # shapes, so a symbolic batch could not be exported at all.
+    from jax import export
+
+    checks = [export.DisabledSafetyCheck.custom_call(name)
+              for name in ("gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_bwd")]
+    (batch,) = export.symbolic_shape("b")
+    weight = 1 + jnp.arange(row_shape[-1], dtype=jnp.float32) / row_shape[-1]
+
+    def value_and_grads(x, weight):
+        return jax.value_and_grad(
+            lambda x, w: jnp.sum(gpu_ops.rms_norm(x, w) ** 2 * w), argnums=(0, 1))(x, weight)
+
+    exported = export.export(jax.jit(value_and_grads), platforms=["cpu", "cuda"],
+                             disabled_checks=checks)(
+        jax.ShapeDtypeStruct((batch, *row_shape), jnp.float32),
+        jax.ShapeDtypeStruct(weight.shape, jnp.float32))
+    restored = export.deserialize(exported.serialize())
+    for size in (1, 5):
+        x = jax.random.normal(jax.random.key(size), (size, *row_shape), jnp.float32)
+        for got, want in zip(jax.tree.leaves(restored.call(x, weight)),
+                             jax.tree.leaves(jax.jit(value_and_grads)(x, weight))):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -25,17 +25,20 @@ namespace gpu_ops {
 
 // Enough segments to keep a GPU's threads busy (one thread team per segment)
 // and few enough that the scratch matrix stays a few percent of the traffic:
-// about 2M elements of the scratch matrix, at most 1024 segments and at most
-// one per two rows. (A segment of one row writes a float32 partial row as
-// large as its row or larger; on an H200, two rows per segment took the
-// backward of 512 bfloat16 rows of 4,096 from 12.4 to 10.4 µs,
-// benchmarks/kernel_variants/h200_fixed_costs.log.)
-inline int64_t DweightPartialRows(int64_t rows, int64_t row_length) {
+// about 2M elements of the scratch matrix and at most 1024 segments
+// (DweightPartialRowsCap), and at most one per two rows (a segment of one row
+// would write a float32 partial row as large as its row, or larger).
+// The Python lowering composes the same rule from DweightPartialRowsCap for
+// batch sizes that are symbolic when a function is exported.
+inline int64_t DweightPartialRowsCap(int64_t row_length) {
   constexpr int64_t kScratchElements = int64_t{1} << 21;
   constexpr int64_t kMaxSegments = 1024;
-  const int64_t wanted = kScratchElements / std::max<int64_t>(row_length, 1);
-  return std::clamp<int64_t>(std::min({wanted, kMaxSegments, rows / 2}), 1,
-                             kMaxSegments);
+  return std::clamp<int64_t>(kScratchElements / std::max<int64_t>(row_length, 1),
+                             1, kMaxSegments);
+}
+
+inline int64_t DweightPartialRows(int64_t rows, int64_t row_length) {
+  return std::max<int64_t>(std::min(DweightPartialRowsCap(row_length), rows / 2), 1);
 }
 
 // The split-row kernels: blocks of kSplitThreads threads, each thread taking
@@ -48,12 +51,17 @@ constexpr int kSplitBackwardValues = 8;
 // fast kernels hold them in one block on every GPU.
 constexpr int64_t kSplitRowsAbove = 8192;
 
-// Length of the chunk_sums vector: one float per chunk of every row, for the
-// smaller (backward) chunks, which the forward's fewer chunks fit in too.
-inline int64_t ChunkSumsLength(int64_t rows, int64_t row_length) {
+// The chunk_sums vector holds one float per chunk of every row, for the
+// smaller (backward) chunks, which the forward's fewer chunks fit in too:
+// ChunkSumsPerRow floats a row.
+inline int64_t ChunkSumsPerRow(int64_t row_length) {
   if (row_length <= kSplitRowsAbove) return 0;
   constexpr int64_t kChunk = int64_t{kSplitThreads} * kSplitBackwardValues;
-  return rows * ((row_length + kChunk - 1) / kChunk);
+  return (row_length + kChunk - 1) / kChunk;
+}
+
+inline int64_t ChunkSumsLength(int64_t rows, int64_t row_length) {
+  return rows * ChunkSumsPerRow(row_length);
 }
 
 }  // namespace gpu_ops

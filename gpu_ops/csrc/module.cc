@@ -51,11 +51,15 @@ PYBIND11_MODULE(_native, m) {
   // The FFI API of the headers the handlers were compiled with: XLA refuses
   // handlers newer than itself, and then JAX cannot start its backends.
   m.attr("ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
+  // The scratch sizes' parts that do not depend on the number of rows, so
+  // that the lowering can size the scratch for a symbolic number of rows.
+  m.def("dweight_partial_rows_cap", &gpu_ops::DweightPartialRowsCap,
+        py::arg("row_length"),
+        "Most rows the CUDA backward's weight-gradient scratch matrix has.");
+  m.def("chunk_sums_per_row", &gpu_ops::ChunkSumsPerRow, py::arg("row_length"),
+        "Floats a row takes in the CUDA calls' chunk-sums scratch vector (0 "
+        "for rows the split-row kernels do not take).");
   m.def("dweight_partial_rows", &gpu_ops::DweightPartialRows, py::arg("rows"),
         py::arg("row_length"),
         "Height of the CUDA backward's weight-gradient scratch matrix.");
-  m.def("chunk_sums_length", &gpu_ops::ChunkSumsLength, py::arg("rows"),
-        py::arg("row_length"),
-        "Length of the CUDA calls' chunk-sums scratch vector (0 for rows the "
-        "split-row kernels do not take).");
 }
