@@ -146,10 +146,20 @@ _backward.def_partition(partition=_backward_partition, sharding_rule=_backward_r
 
 
 def _lowering_through(partitioned):
-    """A lowering rule that hands the operands to a custom_partitioning function."""
+    """A lowering rule that hands the operands to a custom_partitioning function.
+
+    Inside ``shard_map`` the operands are one device's shards already, so the
+    per-shard function is lowered as it is. custom_partitioning does the same
+    itself where every mesh axis is manual, but where only some are (a
+    ``shard_map`` with ``axis_names``) it would call the partition function
+    with shardings that name no mesh axes; XLA then gathers along the axes
+    left automatic, if anything is split along them, before the call.
+    """
     def lowering(ctx, *operands, eps):
+        manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
+        fn = partitioned.fun if manual else partitioned
         return mlir.lower_fun(
-            lambda *args: partitioned(*args, eps), multiple_results=True
+            lambda *args: fn(*args, eps), multiple_results=True
         )(ctx, *operands)
     return lowering
 
@@ -195,6 +205,11 @@ def over_explicit_axes(fn, x, weight):
     (``jax.reshard`` to the partition functions' own shardings); and the transpose of
     :func:`vary_alike`'s cast sums the weight gradient. Types without
     explicit axes shard nothing: fn is called as it is.
+
+    Inside a ``shard_map`` that left some explicit axes to the types, a
+    second ``shard_map`` over those would nest, and JAX cannot differentiate
+    nested ``shard_map``s over explicit axes (tests/test_sharding.py keeps
+    the reproduction): there x's rows are gathered along those axes instead.
     """
     x_type, weight_type = jax.typeof(x), jax.typeof(weight)
     sharded = [t for t in (x_type, weight_type) if _mesh_axes(t.sharding.spec)]
@@ -202,6 +217,9 @@ def over_explicit_axes(fn, x, weight):
         return fn(x, weight)
     mesh = sharded[0].sharding.mesh
     x_sharding, _, replicated, row_axes = _row_shardings(mesh, x_type, weight_type.ndim)
+    if AxisType.Manual in mesh.axis_types:
+        x_sharding = NamedSharding(mesh, PartitionSpec())
+        row_axes = ()
     x, weight = jax.reshard(x, x_sharding), jax.reshard(weight, replicated)
     if not row_axes:
         return fn(x, weight)

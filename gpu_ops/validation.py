@@ -31,9 +31,13 @@ def check_rms_norm_args(x, weight, eps):
             f"rms_norm: weight shape {weight.shape} must equal the trailing "
             f"shape of x, got x shape {x.shape}")
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise ValueError(
+        raise TypeError(
             f"rms_norm: eps must be a Python or NumPy real number (it is a "
             f"static attribute of the custom call), got {type(eps).__name__}")
-    if not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"rms_norm: eps must be a finite number >= 0, got {eps}")
-    return float(eps)
+    try:
+        value, shown = float(eps), eps
+    except OverflowError:
+        value, shown = math.inf, "an integer beyond float64's range"
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"rms_norm: eps must be a finite number >= 0, got {shown}")
+    return value

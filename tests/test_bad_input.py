@@ -33,14 +33,22 @@ def test_bad_shapes(x_shape, w_shape, message):
         gpu_ops.rms_norm(jnp.ones(x_shape), jnp.ones(w_shape))
 
 
-@pytest.mark.parametrize("eps", [float("nan"), float("inf"), -1e-5, "1e-5", None, True])
-def test_bad_eps(eps):
-    with pytest.raises(ValueError, match="eps"):
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), -1e-5, 10**400])
+def test_bad_eps_values(eps):
+    # 10**400 raised OverflowError from float() before.
+    with pytest.raises(ValueError, match="rms_norm: eps must be a finite number"):
+        gpu_ops.rms_norm(X, W, eps)
+
+
+@pytest.mark.parametrize("eps", ["1e-5", None, True, [1e-5]])
+def test_bad_eps_types(eps):
+    # A string raised ValueError before.
+    with pytest.raises(TypeError, match="rms_norm: eps must be a Python or NumPy real number"):
         gpu_ops.rms_norm(X, W, eps)
 
 
 def test_traced_eps_is_refused():
-    with pytest.raises(ValueError, match="eps"):
+    with pytest.raises(TypeError, match="rms_norm: eps must be"):
         jax.jit(gpu_ops.rms_norm)(X, W, 1e-5)
 
 

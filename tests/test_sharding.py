@@ -305,3 +305,47 @@ def test_rows_split_unevenly_on_explicit_axes_are_refused_by_jax(mesh_shape, nam
     x, weight = _data(shape=shape, w_ndim=1)
     with jax.set_mesh(mesh), pytest.raises(ValueError, match="does not evenly divide"):
         jax.jit(jax.grad(_loss, argnums=(0, 1)))(jax.device_put(x, NamedSharding(mesh, spec)), weight)
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
+@pytest.mark.parametrize("x_spec", [P("data"), P("data", "model"), P(("data", "model"))], ids=str)
+def test_gradient_inside_a_partially_manual_shard_map(axis_type, x_spec):
+    # shard_map over "data" only leaves "model" to the partitioner: the
+    # partition function got shardings without mesh axes (AttributeError),
+    # and on explicit axes a nested shard_map failed JAX's verifier under grad.
+    mesh = _mesh((N // 2, 2), ("data", "model"), axis_type)
+    x, weight = _data(shape=(16, 32), w_ndim=1)
+    per_device = jax.shard_map(gpu_ops.rms_norm, mesh=mesh, in_specs=(P("data"), P()),
+                               out_specs=P("data"), axis_names={"data"})
+
+    def loss(x, weight):
+        return jnp.sum(per_device(x, weight) ** 2 * jnp.arange(x.shape[-1]))
+
+    with jax.set_mesh(mesh):
+        value, (dx, dweight) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(
+            jax.device_put(x, NamedSharding(mesh, x_spec)), weight)
+    expected_value, expected_dx, expected_dweight = _reference_loss_and_grads(x, weight, 1e-5)
+    assert_close(value, expected_value)
+    assert_close(dx, expected_dx)
+    assert_close(dweight, expected_dweight)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
+    "JAX 0.12.0.1: the gradient of a shard_map over one explicit mesh axis "
+    "nested in a shard_map over another fails Shardy's verifier (local shapes "
+    "of sdy.manual_computation). gpu_ops.sharding.over_explicit_axes does not "
+    "nest shard_maps for this reason; when this passes, it may."))
+def test_upstream_nested_shard_maps_over_explicit_axes_differentiate():
+    mesh = _mesh((N // 2, 2), ("data", "model"), AxisType.Explicit)
+
+    def inner(x):
+        return jax.shard_map(lambda x: x * 2, in_specs=P("model"), out_specs=P("model"),
+                             axis_names={"model"})(x)
+
+    def loss(x):
+        return jnp.sum(jax.shard_map(inner, in_specs=P("data"), out_specs=P("data"),
+                                     axis_names={"data"})(x))
+
+    with jax.set_mesh(mesh):
+        x = jax.device_put(jnp.ones((16, 4)), NamedSharding(mesh, P(("data", "model"))))
+        jax.jit(jax.grad(loss))(x)
