@@ -8,7 +8,8 @@
 # tools (default: all four), and GPU_CHECKS_SANITIZERS_ONLY=1 skips the
 # build, the tests and the chapters (the sanitizer log is appended to).
 # GPU machines have no jupyter-book, so the book build and nbval are skipped;
-# the Jupyter packages the chapters need may come as wheels in .whl/.
+# the Python packages the tests and chapters need beyond the machine's own
+# (hypothesis, the Jupyter packages) may come as wheels in .whl/.
 set -uo pipefail
 out=${1:?usage: tools/gpu_checks.sh OUTDIR}
 mkdir -p "$out"
@@ -23,17 +24,20 @@ export PYTHONUNBUFFERED=1
 } > "$out/environment.txt" 2>&1
 cat "$out/environment.txt"
 
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu_ops_site .whl/*.whl
+  export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
 tests_status=0 chapters_status=0
 if [ "${GPU_CHECKS_SANITIZERS_ONLY:-0}" != 1 ]; then
   rm -rf build
+  # The property test draws many more cases here than in CI.
+  GPU_OPS_HYPOTHESIS_PROFILE=${GPU_OPS_HYPOTHESIS_PROFILE:-long} \
   GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} ./build.sh test 2>&1 |
     tee "$out/build_and_tests.log"
   tests_status=${PIPESTATUS[0]}
 
-  if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu_ops_site .whl/*.whl
-    export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
-  fi
   (cd chapters && python3 ../tools/execute_chapters.py --check-only) 2>&1 | tee "$out/chapters.log"
   chapters_status=${PIPESTATUS[0]}
 fi
