@@ -4,7 +4,7 @@ import jax.numpy as jnp
 
 # Importing these registers the FFI targets, lowerings, vmap rules and
 # partitioning rules of the primitives.
-from gpu_ops import batching, higher_order, lowering, sharding  # noqa: F401
+from gpu_ops import batching, lowering, sharding  # noqa: F401
 from gpu_ops.autodiff import rms_norm_vjp
 from gpu_ops.sharding import over_explicit_axes, vary_alike
 from gpu_ops.validation import check_rms_norm_args

@@ -9,23 +9,23 @@ from functools import partial
 
 import jax
 
-from gpu_ops.primitives import rms_norm_bwd_p, rms_norm_fwd_p
+from gpu_ops import higher_order
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
 def rms_norm_vjp(x, weight, eps):
-    y, _ = rms_norm_fwd_p.bind(x, weight, eps=eps)
+    y, _ = higher_order.forward(x, weight, eps)
     return y
 
 
 def _forward(x, weight, eps):
-    y, inv_rms = rms_norm_fwd_p.bind(x, weight, eps=eps)
+    y, inv_rms = higher_order.forward(x, weight, eps)
     return y, (inv_rms, x, weight)
 
 
 def _backward(eps, residuals, dy):
     inv_rms, x, weight = residuals
-    dx, dweight = rms_norm_bwd_p.bind(dy, inv_rms, x, weight, eps=eps)
+    dx, dweight = higher_order.backward(dy, inv_rms, x, weight, eps)
     return dx, dweight
 
 

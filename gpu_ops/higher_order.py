@@ -1,16 +1,18 @@
-"""Second-order derivatives: JVP rules for the primitives, written in jnp.
+"""Second-order derivatives: the custom calls with JVP rules written in jnp.
 
 ``rms_norm``'s gradient comes from the custom VJP (``autodiff.py``), whose
 backward is a custom call too. Differentiating the gradient (``jax.hessian``,
-grad of grad) needs the derivatives of both custom calls. The rules here keep
-each call for its values and take its tangents from the same maths in jnp,
-where JAX can differentiate further; XLA drops the jnp values that nothing
-uses.
+grad of grad) needs the derivatives of both custom calls. :func:`forward`
+and :func:`backward` bind the primitives for their values and take their
+tangents from the same maths in jnp, where JAX can differentiate further;
+XLA drops the jnp values that nothing uses. The primitives themselves stay
+without a differentiation rule (chapter 5 starts from that error).
 """
+
+from functools import partial
 
 import jax
 import jax.numpy as jnp
-from jax.interpreters import ad
 
 from gpu_ops.primitives import inv_rms_dtype, rms_norm_bwd_p, rms_norm_fwd_p
 
@@ -46,14 +48,24 @@ def backward_in_jnp(dy, inv_rms, x, weight, eps):
     return dx.astype(x.dtype), dweight.astype(weight.dtype)
 
 
-def _jvp_rule(primitive, in_jnp):
-    def jvp(primals, tangents, *, eps):
-        outputs = primitive.bind(*primals, eps=eps)
-        tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
-        _, output_tangents = jax.jvp(lambda *args: in_jnp(*args, eps), tuple(primals), tangents)
-        return outputs, list(output_tangents)
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def forward(x, weight, eps):
+    """(y, inv_rms) from the forward custom call."""
+    return tuple(rms_norm_fwd_p.bind(x, weight, eps=eps))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(4,))
+def backward(dy, inv_rms, x, weight, eps):
+    """(dx, dweight) from the backward custom call."""
+    return tuple(rms_norm_bwd_p.bind(dy, inv_rms, x, weight, eps=eps))
+
+
+def _jvp_rule(call, in_jnp):
+    def jvp(eps, primals, tangents):
+        _, output_tangents = jax.jvp(lambda *args: in_jnp(*args, eps), primals, tangents)
+        return call(*primals, eps), output_tangents
     return jvp
 
 
-ad.primitive_jvps[rms_norm_fwd_p] = _jvp_rule(rms_norm_fwd_p, forward_in_jnp)
-ad.primitive_jvps[rms_norm_bwd_p] = _jvp_rule(rms_norm_bwd_p, backward_in_jnp)
+forward.defjvp(_jvp_rule(forward, forward_in_jnp))
+backward.defjvp(_jvp_rule(backward, backward_in_jnp))
