@@ -93,6 +93,7 @@ if [ "$skip_book" = 1 ]; then
   step "Skipping the book and its tests (GPU_OPS_SKIP_BOOK=1)"
 else
   step "Building the book (HTML, offline, warnings are errors)"
+  rm -rf _build/html  # no page of an earlier build survives (Sphinx rewrites every page)
   "$python" -c 'import sys; from jupyter_book.cli.main import main; sys.exit(main())' \
     build . --warningiserror --keep-going --quiet
   echo "The book is at $(pwd)/_build/html/index.html"
