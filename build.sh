@@ -18,6 +18,7 @@ cd "$(dirname "$0")"
 command_name=build
 no_venv=${GPU_OPS_NO_VENV:-0}
 skip_book=${GPU_OPS_SKIP_BOOK:-0}  # GPU machines without jupyter-book (tools/gpu_checks.sh)
+mathjax_version=3.2.2  # served with the book (tools/book_site.py)
 for arg in "$@"; do
   case "$arg" in
     test) command_name=test ;;
@@ -92,11 +93,39 @@ grep -E "gpu_ops: |warning:" "$build_log" || true
 if [ "$skip_book" = 1 ]; then
   step "Skipping the book and its tests (GPU_OPS_SKIP_BOOK=1)"
 else
+  if [ ! -f build/mathjax/mathjax/es5/tex-chtml.js ]; then
+    if [ "$no_venv" = 0 ] && command -v npm >/dev/null 2>&1; then
+      step "Fetching MathJax ${mathjax_version} (npm), so that the book renders maths offline"
+      rm -rf build/mathjax && mkdir -p build/mathjax/mathjax
+      (cd build/mathjax && npm pack --silent "mathjax@${mathjax_version}" >/dev/null &&
+        tar -xzf "mathjax-${mathjax_version}.tgz" && mv package/es5 mathjax/es5 &&
+        rm -rf package "mathjax-${mathjax_version}.tgz")
+    else
+      echo "build.sh: no MathJax in build/mathjax (needs npm): the book loads it from its CDN"
+    fi
+  fi
   step "Building the book (HTML, offline, warnings are errors)"
   rm -rf _build/html  # no page of an earlier build survives (Sphinx rewrites every page)
   "$python" -c 'import sys; from jupyter_book.cli.main import main; sys.exit(main())' \
     build . --warningiserror --keep-going --quiet
   echo "The book is at $(pwd)/_build/html/index.html"
+fi
+
+find_browser() {
+  local candidate
+  for candidate in chromium chromium-browser google-chrome google-chrome-stable; do
+    command -v "$candidate" >/dev/null 2>&1 && return 0
+  done
+  return 1
+}
+
+if [ "$command_name" = test ] && [ "$skip_book" != 1 ] && ! find_browser; then
+  if [ "$no_venv" = 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    step "Installing Debian's chromium for the site's browser test"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "build.sh: no Chromium, and no root apt-get to install it: the browser test will fail"
+  fi
 fi
 
 if [ "$command_name" = test ]; then

@@ -1,4 +1,4 @@
-"""Sphinx extension for the book's site: its repository links, and no thebe.
+"""Sphinx extension for the book's site: repository links, local MathJax, no thebe.
 
 The repository URL is never written in the configuration. It comes, in this
 order, from GPU_OPS_REPOSITORY_URL (set it to publish elsewhere), from
@@ -6,12 +6,17 @@ GITHUB_REPOSITORY in GitHub Actions, or from the git remote "origin" where
 that is a web address. Without one the site shows no repository, issue or
 edit buttons rather than dead ones, and the intro says so in words.
 
+MathJax is served from the site itself where build.sh has fetched it into
+build/mathjax (npm), so that a copy of the site renders its maths without a
+network; elsewhere Sphinx's default CDN address stays.
+
 Jupyter Book always loads sphinx-thebe, whose configuration script lands in
 each page twice (a JavaScript error: THEBE_JS_URL declared twice) and points
 to a CDN. The book has no live-code buttons, so its scripts are dropped.
 """
 
 import os
+import pathlib
 import re
 import subprocess
 
@@ -42,13 +47,23 @@ def repository_url(environ=os.environ, source_dir="."):
     return url_from_remote(remote) if remote.strip() else None
 
 
+MATHJAX = "mathjax/es5/tex-chtml.js"
+
+
 def _configure(app, config):
+    local_mathjax = pathlib.Path(app.srcdir) / "build" / "mathjax"
+    if (local_mathjax / MATHJAX).is_file():
+        config.html_static_path = [*config.html_static_path, str(local_mathjax)]
+        config.mathjax_path = MATHJAX
     url = repository_url(source_dir=app.srcdir)
     options = dict(config.html_theme_options)
     options.update(repository_url=url or "", use_repository_button=bool(url),
                    use_issues_button=bool(url), use_edit_page_button=False,
                    use_download_button=True, launch_buttons={})
     config.html_theme_options = options
+    # The theme reads its colour mode from here; left empty, every page logs
+    # an error ("invalid theme mode") before falling back to "auto".
+    config.html_context = {**config.html_context, "default_mode": "auto"}
     config.myst_substitutions = {
         **config.myst_substitutions,
         "repository": f"[its repository]({url})" if url else "its repository",
