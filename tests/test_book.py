@@ -11,6 +11,8 @@ import jupytext
 import pytest
 import yaml
 
+pytestmark = pytest.mark.book  # needs the book's tools (skipped on GPU machines)
+
 ROOT = pathlib.Path(__file__).parents[1]
 SOURCES = sorted((ROOT / "chapters").glob("*.md"))
 HTML = ROOT / "_build" / "html"

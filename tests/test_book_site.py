@@ -12,6 +12,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import book_site  # noqa: E402
 
+pytestmark = pytest.mark.book  # needs the book's tools (skipped on GPU machines)
+
 
 @pytest.mark.parametrize("remote,url", [
     ("git@github.com:someone/jax-book.git", "https://github.com/someone/jax-book"),

@@ -21,6 +21,8 @@ import jupyter_core.paths
 import pytest
 from tornado.websocket import websocket_connect
 
+pytestmark = pytest.mark.book  # needs the book's tools (skipped on GPU machines)
+
 ROOT = pathlib.Path(__file__).parents[1]
 CHAPTER = "chapters/06_batching.md"
 TOKEN = uuid.uuid4().hex

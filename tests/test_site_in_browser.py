@@ -19,6 +19,8 @@ import urllib.parse
 
 import pytest
 
+pytestmark = pytest.mark.book  # needs the book's tools (skipped on GPU machines)
+
 ROOT = pathlib.Path(__file__).parents[1]
 HTML = ROOT / "_build" / "html"
 PHONE = {"width": 390, "height": 844}

@@ -1,11 +1,9 @@
 """Execute the book's chapters: write each executed notebook next to its source.
 
-    python tools/execute_chapters.py [CHAPTER.md ...] [--check-only]
+    python tools/execute_chapters.py [CHAPTER.md ...]
 
 The MyST Markdown file (chapters/NN_name.md) is the source; this writes
 chapters/NN_name.ipynb with the outputs the book shows and nbval compares.
-With --check-only nothing is written: every chapter is executed and a failing
-cell fails the run (used to run the book on a GPU machine).
 """
 
 import argparse
@@ -19,23 +17,21 @@ import nbclient
 CHAPTERS = pathlib.Path(__file__).resolve().parents[1] / "chapters"
 
 
-def execute(source, write):
+def execute(source):
     notebook = jupytext.read(source)
     start = time.perf_counter()
     nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
                             resources={"metadata": {"path": str(source.parent)}}).execute()
     print(f"{source.name}: executed in {time.perf_counter() - start:.1f} s", flush=True)
-    if write:
-        jupytext.write(notebook, source.with_suffix(".ipynb"))
+    jupytext.write(notebook, source.with_suffix(".ipynb"))
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", type=pathlib.Path)
-    parser.add_argument("--check-only", action="store_true")
     args = parser.parse_args(argv)
     for source in args.chapters or sorted(CHAPTERS.glob("*.md")):
-        execute(source.resolve(), write=not args.check_only)
+        execute(source.resolve())
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU evidence run (shared/GPU.md): build with CUDA from a clean tree, the
-# whole test suite on the GPU, compute-sanitizer on forward and backward, and
-# every chapter executed (tools/execute_chapters.py --check-only).
+# whole test suite on the GPU, every chapter under nbval, and compute-sanitizer
+# on forward and backward.
 # Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
 # To split a run over calls of limited length (on one machine, which keeps
 # the build): GPU_CHECKS_SANITIZERS="memcheck racecheck" runs only those
 # tools (default: all four), and GPU_CHECKS_SANITIZERS_ONLY=1 skips the
 # build, the tests and the chapters (the sanitizer log is appended to).
-# GPU machines have no jupyter-book, so the book build and nbval are skipped;
+# GPU machines have no jupyter-book, so the book build and its tests are skipped;
 # the Python packages the tests and chapters need beyond the machine's own
 # (hypothesis, the Jupyter packages) may come as wheels in .whl/.
 set -uo pipefail
@@ -38,7 +38,10 @@ if [ "${GPU_CHECKS_SANITIZERS_ONLY:-0}" != 1 ]; then
     tee "$out/build_and_tests.log"
   tests_status=${PIPESTATUS[0]}
 
-  (cd chapters && python3 ../tools/execute_chapters.py --check-only) 2>&1 | tee "$out/chapters.log"
+  # Every chapter re-executed and its outputs compared with the stored ones,
+  # as in CI: nothing a chapter prints may depend on the platform.
+  python3 -m pytest -q -p no:cacheprovider --nbval chapters \
+      --nbval-sanitize-with chapters/nbval_sanitize.cfg 2>&1 | tee "$out/nbval.log"
   chapters_status=${PIPESTATUS[0]}
 fi
 
