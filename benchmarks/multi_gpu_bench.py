@@ -155,7 +155,7 @@ def _check(actual, expected, variant, op):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path,
-                        help="JSON file (default: benchmarks/results/multi_gpu_<device>.json)")
+                        help="JSON file (default: results/benchmarks/multi_gpu_<device>.json)")
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--calls", type=int, default=1)
     parser.add_argument("--rows", type=int, help="rows per device")
@@ -171,8 +171,7 @@ def main(argv=None):
         rows, row_len, dtype = 256, 1_024, "bfloat16"
     rows, row_len = args.rows or rows, args.row_len or row_len
     counts = [n for n in (1, 2, 4, 8) if n <= len(devices)]
-    out = args.out or (pathlib.Path(__file__).parent / "results"
-                       / f"multi_gpu_{device_slug(devices[0].device_kind)}.json")
+    out = args.out or (RESULTS / f"multi_gpu_{device_slug(devices[0].device_kind)}.json")
     records = run(devices, counts, rows, row_len, dtype, args.calls, args.repeats, out)
     print(f"wrote {len(records)} records to {out}")
 

@@ -64,6 +64,8 @@ def xla_rms_norm(x, weight, eps=1e-5):
     return (x32 * inv * weight.astype(jnp.float32)).astype(weight.dtype)
 
 
+#: Where each device's latest results file lives.
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 CHAIN = 20  # ops per jitted call, at least
 MAX_CHAIN = 200
 MIN_CALL_SECONDS = 1e-3
@@ -122,9 +124,8 @@ def per_op_seconds(step, args, calls, repeats, chain=CHAIN):
     it recorded for the chain (its command buffer) as it is. Called on the
     same arguments again and again, each call's outputs are new buffers and
     XLA records the whole graph again on every call: host work that grows
-    with the chain, and took as long as the GPU's work in the small batch's
-    forward, longer for a custom call than for a fusion
-    (kernel_variants/h100_rerecord.log).
+    with the chain, and that can take as long as the GPU's work for small
+    inputs, so that the host would be timed instead of the kernels.
     """
     fn = chained(step, chain)
     args = tuple(jnp.copy(a) for a in args)  # the caller's arrays stay valid
@@ -151,8 +152,8 @@ def dy_after_y(y, dy):
 
     In a network dy comes from the layers after this one, so it only exists
     once y does. The optimisation barrier makes that so in the benchmark:
-    without it, XLA computed the backward's row sums in the forward's pass
-    over x (results/nvidia-h200_xla_fusions.log).
+    without it, XLA computes the backward's row sums in the forward's pass
+    over x, which no network allows.
     """
     return jax.lax.optimization_barrier((y, dy))
 
@@ -262,7 +263,7 @@ def device_slug(kind):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path,
-                        help="JSON file (default: benchmarks/results/<device>.json)")
+                        help="JSON file (default: results/benchmarks/<device>.json)")
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--calls", type=int, default=2)
     parser.add_argument("--row-len", type=int, nargs="+",
@@ -284,8 +285,7 @@ def main(argv=None):
         if wanted:
             cases = [case for case in cases if case[index] in wanted]
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
-    out = args.out or (pathlib.Path(__file__).parent / "results"
-                       / f"{device_slug(jax.devices()[0].device_kind)}.json")
+    out = args.out or (RESULTS / f"{device_slug(jax.devices()[0].device_kind)}.json")
     records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl)
     print(f"wrote {len(records)} records to {out}")
 

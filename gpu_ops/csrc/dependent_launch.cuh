@@ -7,12 +7,10 @@
 // StartNextKernel (or exited), and WaitForPreviousKernel then waits until
 // that kernel has finished and its writes are visible. What comes before the
 // wait must not read what the kernel before writes, nor write what it reads.
-// On an H200 this took 1 to 2.5 µs off each backward whose weight-gradient
-// sum follows it, and 3 µs off the seed shape's split-row backward, whose
-// second pass loads its vectors before it waits
-// (benchmarks/kernel_variants/h200_fixed_costs.log). The GPU tests
-// check the results of these launches inside XLA's command buffers (CUDA
-// graphs) too.
+// This hides the start of the weight-gradient sum behind the backward before
+// it, and lets the split-row backward's second pass load its vectors before
+// it waits. The GPU tests check the results of these launches inside XLA's
+// command buffers (CUDA graphs) too.
 #ifndef GPU_OPS_DEPENDENT_LAUNCH_CUH_
 #define GPU_OPS_DEPENDENT_LAUNCH_CUH_
 

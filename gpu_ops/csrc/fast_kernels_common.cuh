@@ -41,14 +41,12 @@ struct alignas(16) Pack {
 
 // Element e of a vector, as float. A bfloat16 value is the top half of a
 // float, so it is taken from the 32-bit word that holds it (a shift or a
-// mask, exact). Read as a 16-bit value, ptxas gave each of a vector's eight
-// values a 32-bit register of its own: FastForwardKernel<bfloat16, 2, 2>
-// took 64 registers, float16's 40. The forward kernels (and the split
-// rows' first pass, which both directions share) read values this way, and
-// so does the backward of rows that take a cluster (ElementOf<true>); the
-// other backward kernels read 16-bit values, which ran faster for rows of
-// 4,096 (5%; benchmarks/kernel_variants/h200_words.log, words_fwd against
-// words).
+// mask, exact). Read as a 16-bit value, ptxas gives each of a vector's eight
+// values a 32-bit register of its own, and the forward's registers, which
+// decide how many blocks an SM holds, nearly double. The forward kernels (and
+// the split rows' first pass, which both directions share) read values this
+// way, and so does the backward of rows that take a cluster (ElementOf<true>);
+// the other backward kernels read 16-bit values, which ran faster for them.
 template <typename T>
 __device__ __forceinline__ float Element(const Pack<T>& p, int e) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -211,9 +209,7 @@ __device__ float ClusterSum(float block_total, int cluster, int rank,
 // must not exit while the others may still send to their shared memory.
 // A block arrives once every sum sent to it has landed, so the arrival needs
 // no memory order: a relaxed one skips the fence of cg's cluster sync, which
-// waits for the block's stores to global memory. On an H200 (CUDA events)
-// the seed shape's forward went from 13.3 to 12.6 µs
-// (benchmarks/kernel_variants/h200_cluster_exit.log).
+// waits for the block's stores to global memory.
 template <bool kClustered>
 __device__ void LeaveCluster() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -242,9 +238,7 @@ __device__ float TeamSum(float v, const Shape& s, const Place& at,
   if (lane == 0) slots.warps[half][warp] = v;
   // Teams that share a block wait only for their own warps: a team of one
   // warp needs no barrier, larger ones take named barrier 1 + team (0 is
-  // the block's; a block holds at most 8 teams of 64 or more threads). On an
-  // H200 this took the bfloat16 backward of 16384 x 1024 from 35.7 to 35.2
-  // µs (benchmarks/kernel_variants/h200_overlap.log, nb).
+  // the block's; a block holds at most 8 teams of 64 or more threads).
   if (s.teams == 1) {
     __syncthreads();
   } else if (s.team == kWarpSize) {
@@ -275,9 +269,7 @@ __device__ __forceinline__ uint4 LoadWords(const uint4* p) {
 }
 
 // The vector at p if `ok`, else zeros, chosen as four 32-bit words rather
-// than value by value: on an H200 this took the seed shape's bfloat16
-// split-row forward from 18.4 to 16.2 µs
-// (benchmarks/kernel_variants/h200_cluster_sums.log, c_only against c_vz).
+// than value by value: four selects instead of one per value.
 template <bool kLast = false, typename P>
 __device__ __forceinline__ P VectorOrZeros(bool ok, const P* p) {
   const uint4 words =

@@ -20,12 +20,9 @@
 //   team works on, and each team works through many rows;
 // - a team's sum costs one barrier: each warp adds up the team's warp sums
 //   itself, from alternate halves of a small shared array.
-// On an H200 (ncu), the ring and the one-barrier sum raised DRAM throughput
-// from 57% to 73% of peak for bfloat16 16384 x 8192, where barrier, shared
-// memory and issue stalls, not loads, had been the limit; for rows a block
-// holds, loading several rows straight into registers then beat the ring
-// (bfloat16 32768 x 8192 forward: 86% to 98% of the copy bandwidth, CUDA
-// events; benchmarks/kernel_variants/h200_forward_rows.log).
+// Without the ring and the one-barrier sum, barriers, shared memory and
+// instruction issue, not loads, limited these kernels. For rows a block
+// holds, loading several rows straight into registers beats the ring.
 // The launch shape comes from the row length (PickShape).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -61,13 +58,11 @@ constexpr int kMaxBackwardValues = 8;
 static_assert(kMaxThreads * kMaxBackwardValues >= kSplitRowsAbove &&
               kMaxThreads * kMaxForwardValues >= kSplitRowsAbove);
 // Rows in the shared-memory ring of each cluster row team (RowRing): the one
-// being worked on and kStages - 1 on their way. On an H200, 3 to 6 stages
-// ran equally fast.
+// being worked on and kStages - 1 on their way (more stages gain nothing).
 constexpr int kStages = 3;
 // 16-byte loads each thread of the forward keeps in flight when a block holds
 // a row (FastForwardKernel): a block takes kForwardLoads / vectors-per-row
-// rows. On an H200, 4 beat 8 (and 16 spilled registers; see
-// benchmarks/kernel_variants/h200_forward_rows.log).
+// rows. More loads per thread cost registers (16 spill) and gain nothing.
 constexpr int kForwardLoads = 4;
 
 // A ring of kStages row slots in shared memory, filled with asynchronous
@@ -75,10 +70,8 @@ constexpr int kForwardLoads = 4;
 // worked on, without holding registers while they are in flight. A thread
 // copies its own vectors of a row into its own slots and reads back only
 // those, so it waits for its own copies and never for the block. The ring
-// starts on a 128-byte boundary. Where it started right after the kernel's
-// static shared memory, 8 more bytes of that changed the backward's times by
-// up to 16% on an H200, and the 128-byte boundary was the fastest start
-// tried (benchmarks/kernel_variants/h200_cluster_sums.log).
+// starts on a 128-byte boundary: where it started right after the kernel's
+// static shared memory, the backward's speed depended on that memory's size.
 template <typename P, int kVectors>
 struct RowRing {
   P* slots;  // [kStages][kVectors][blockDim.x]
@@ -129,8 +122,7 @@ __device__ void LoadRows(const P* __restrict__ x, int64_t first, int64_t rows,
 // A row's inverse RMS from its sum of squares. Not inlined: the call
 // between one row's stores and the next row's keeps ptxas from starting a
 // row's arithmetic before the row before is stored, which is what lets
-// FastForwardKernel's 16-bit rows fit in 40 registers (inlined, they spilled
-// 28 to 60 bytes: benchmarks/kernel_variants/words_registers.log).
+// FastForwardKernel's 16-bit rows fit in 40 registers (inlined, they spill).
 __device__ __noinline__ float InverseRms(float total, float inv_row_length,
                                          float eps) {
   return rsqrtf(total * inv_row_length + eps);
@@ -175,13 +167,8 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
 // 16-bit rows take at most 40 registers a thread (no spill), so an SM holds
 // 25 of the 64-thread blocks of rows of 1,024 values, 6 blocks of 256
 // threads, 3 of 512, where 64 registers (float32's cap, that of blocks of
-// 1024 threads) let it hold 16, 4 and 2. With Element's reads, the
-// bfloat16 forward of 16384 x 1,024 went from 17.75 to 16.66 µs at the JAX
-// level on an H200 (92% to 96% of the copy bandwidth) and from 23.60 to
-// 22.13 µs on an H100 (benchmarks/results/*.json against earlier_runs/
-// *_0592e6c.json; the variant run, benchmarks/kernel_variants/h200_words.log,
-// words_fwd40, had a division where InverseRms is called, whose call to its
-// slow path did the same).
+// 1024 threads) let it hold 16, 4 and 2: more blocks per SM, more loads in
+// flight. Element's reads of 16-bit values are what keep it within 40.
 template <typename T, int kVectors, int kRows>
 __global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
     FastForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
@@ -209,12 +196,8 @@ __global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
 // vectors of x, and loads each vector of the weight (from L1 or L2) just
 // before the store that needs it: at most 32 registers (the build fails on
 // a spill), so an SM holds two blocks, and one block's loads run while the
-// other adds up and writes. On an H100 (CUDA events) the bfloat16 forward of
-// 16384 x 16384 went from 384 to 358 µs, 93% to 100% of the copy bandwidth,
-// against a grid of one block per SM that loaded each next row ahead; float32
-// rows of 16,384 (4 vectors a thread) were 1% slower, and smaller blocks
-// gained nothing (benchmarks/kernel_variants/h100_row_blocks.log: rowbig,
-// and rowall for the smaller blocks).
+// other adds up and writes. This beats a grid of one block per SM that
+// loads each next row ahead; smaller blocks gain nothing.
 template <typename T, int kVectors>
 __global__ void __launch_bounds__(kMaxThreads, 2)
     RowForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
@@ -389,17 +372,13 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   }
   // The bookkeeping of a row is kept small: 32-bit row counts and stages,
   // pointers set once per segment, inv_rms loaded ahead, and the row
-  // length's inverse multiplied rather than divided by. The bfloat16
-  // backward of 16384 x 1024 had issued an instruction in 68% of its cycles
-  // on an H200; this took its time from 35.4 to 33.1 µs, and 5 to 8% off
-  // bfloat16 rows of 4,096 to 16,384 (`wsum` against `before` in
-  // benchmarks/kernel_variants/h200_row_overhead.log).
+  // length's inverse multiplied rather than divided by: for short rows the
+  // backward is bound by instruction issue, not by memory, otherwise.
   const int64_t ahead_offset = int64_t{kStages - 1} * row_vectors;
   float dw[kVectors][P::kSize] = {};
-  // Where a row takes a cluster, inv_rms is loaded two rows ahead: the
-  // bfloat16 backward of 16384 x 16,384 went from 448 to 424 µs on an H200.
-  // Rows a block holds stay one row ahead; two made them 1 to 2% slower
-  // (benchmarks/kernel_variants/h200_sum_start.log, h200_cluster_inv.log).
+  // Where a row takes a cluster, inv_rms is loaded two rows ahead, so that
+  // its load is never waited for; rows a block holds stay one row ahead,
+  // where two cost more registers than they hide.
   float inv_next = count > 0 ? invs[0] : 0.0f;
   float inv_after = kClustered && count > 1 ? invs[1] : 0.0f;
   int stage = 0;
@@ -427,11 +406,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     dy_ring.Read(stage, exists, row_vectors, at, dyv);
     x_ring.Read(stage, exists, row_vectors, at, xv);
     // Where a row takes a cluster, bfloat16 values are read from their
-    // words (Element): on an H200 (CUDA events) the bfloat16 backward of
-    // 16384 x 16,384 went from 425 to 408 µs, of 4096 x 32,768 from 339 to
-    // 310 µs. The other backwards read 16-bit values: from words, rows of
-    // 4,096 ran 5% slower and rows of 1,024 no faster
-    // (benchmarks/kernel_variants/h200_cluster_words.log, h200_words.log).
+    // words (Element), which saves that kernel registers; the other
+    // backwards read 16-bit values, which ran at least as fast for them.
     float dot = 0;
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
@@ -537,14 +513,8 @@ std::optional<ffi::Error> WithShape(int row_vectors, Fn&& fn) {
 // and a thread one vector. The op is then a single wave of short blocks,
 // whose time is mostly the latency of loading a row, adding it up and
 // storing it, and more threads a row with fewer rows a block shorten that.
-// Under the profiler on an H200, the kernel of bfloat16 512 x 4,096 (the
-// benchmark's small batch) went from 2.88 to 2.78 and 2.79 µs in two
-// rounds, of 2048 x 1,024 from 2.88 to 2.75 and 2.72, of float32 1024 x
-// 1,024 from 2.78 to 2.67 and 2.69; rows of 1,024 vectors, in blocks of
-// 1024 threads, gained for bfloat16 256 x 8,192 (3.14 to 3.04 µs) but lost
-// for float32 256 x 4,096 (2.82 to 3.01), so rows of more than 512 vectors
-// keep the other shapes (benchmarks/kernel_variants/h200_few_rows.log;
-// the shapes tried on an H100: h100_small_batch_forward.log).
+// Rows of more than 512 vectors keep the other shapes: blocks of 1024
+// threads won for some of them and lost for others.
 // nullopt where the rows do not fit at once (the caller picks another shape).
 template <typename T>
 std::optional<ffi::Error> TryFewRowsForward(cudaStream_t stream, const T* x,

@@ -23,28 +23,15 @@
 // dweight_partials (cuda_scratch.h).
 //
 // The split-row kernels (rms_norm_split_rows.cu) read x, and in the
-// backward dy, twice, in two or three kernels; their second reads mostly
-// miss L2: on an H200, ncu counted 25 of the backward's 34 MB from DRAM
-// (benchmarks/kernel_variants/h200_split_order.log). Here one kernel reads
-// them once.
-// - The backward: in CUDA-event timings on an H200, it took the seed shape's
-//   bfloat16 backward from 29.6 µs (split rows) to 23.0 µs
-//   (benchmarks/kernel_variants/h200_grid_backward.log), and reading the row
-//   sums as whole lines from 24.0 to 21.5 µs (h200_row_sums.log). Its loads
-//   of x and dy are marked as the op's last reads of them (evict first from
-//   L2), which leaves in L2 what the next ops read, y and dx, rather than x
-//   and dy, whose last reader in a step of the benchmark's chain is this
-//   kernel: the seed shape's bfloat16 forward + backward went from 36.2 to
-//   31.1 µs at the JAX level on an H200 (h200_last_use.log).
-// - The forward: the shared-row forward (rms_norm_shared_rows.cu) gives
-//   each row a cluster, so every cluster loads the whole weight. At the JAX
-//   level on an H100, this forward took the seed shape's float32 forward
-//   from 25.2 to 19.7 µs (split rows) and its bfloat16 forward + backward from
-//   36.8 to 35.9 µs, though its bfloat16 forward alone from 12.6 to 13.5 µs
-//   (benchmarks/kernel_variants/h100_grid_forward.log); on an H200 the
-//   float32 forward went from 19.5 to 17.2 µs, the bfloat16 forward +
-//   backward stayed level and the bfloat16 forward went from 11.6 to 12.3 µs
-//   (h200_grid_forward.log).
+// backward dy, twice, in two or three kernels, and their second reads mostly
+// miss L2. Here one kernel reads them once.
+// - The backward reads the row sums as whole lines, and marks its loads of
+//   x and dy as the op's last reads of them (evict first from L2), which
+//   leaves in L2 what the next ops read, y and dx, rather than x and dy.
+// - The forward loads each slice of the weight once per block, where the
+//   shared-row forward (rms_norm_shared_rows.cu) loads the whole weight in
+//   every cluster: it wins for float32 rows and for the forward + backward,
+//   though not always for a 16-bit forward alone.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

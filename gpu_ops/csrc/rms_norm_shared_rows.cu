@@ -34,12 +34,8 @@ constexpr int kSharedRowThreads = 512;
 // that an SM holds several blocks and one block's loads overlap another's
 // sums and stores. An H200 holds three such blocks an SM and so runs 45
 // clusters of 8 at once; with at most two an SM it would run 30, fewer than
-// the seed shape's 32 rows (benchmarks/kernel_variants/h200_shared_balance.log).
-// On an H200 (CUDA events), the forward of 32 rows of 262,144 bfloat16 values
-// (64 KiB a block) went from 14.8 µs split to 13.5 µs here, and of 1,024 such
-// rows from 423 to 289 µs; with float32 rows (128 KiB a block, one block per
-// SM) a first version was slower than the split-row kernels: 34.6 against
-// 29.3 µs for 32 rows (benchmarks/kernel_variants/h200_shared_rows.log).
+// the seed shape's 32 rows. x is read once, where the split-row kernels read
+// it twice; float32 rows (128 KiB a block, one block an SM) stay with those.
 constexpr int kMaxSharedRowVectors = 8;
 
 // Cluster c normalises row c, then row c + clusters, and so on. Thread t's

@@ -61,26 +61,17 @@ __device__ float RowTotal(const float* __restrict__ chunk_sums, int chunks) {
 
 // chunk_sums[row * chunks + chunk] = sum over the chunk of a * a (kSquares,
 // the forward: `b` and `weight` are null) or a * b * weight (the backward:
-// dy * x * w). The forward loads x once: passing it as both a and b had
-// every thread load each vector twice, into twice the registers (float32:
-// 52 registers against 24). On an H200 that took the bfloat16 forward of 64
-// rows of 524,288 from 56.25 to 51.75 µs and the float32 seed shape's from
-// 26.25 to 25.6 µs (CUDA events, mean of two rounds), 23.7 to 22.8 µs at
-// the JAX level (benchmarks/kernel_variants/h200_square_once.log).
+// dy * x * w). The forward loads x once: passing it as both a and b would
+// have every thread load each vector twice, into twice the registers.
 //
 // The order of the chunks follows what the L2 holds. In a chain of ops, a
 // and b are what the ops before just wrote, first row to last. Pass 2 reads
 // them first to last, for the last time in the op (LoadVectors<kLastUse>),
 // while it writes its result, so the lines it writes push out what it has
 // read rather than what it has yet to read. The forward's pass 1 goes first
-// to last too: at the JAX level the float32 seed shape's forward took 19.5
-// µs on an H200 (XLA: 19.6) and 25.2 µs on an H100 (XLA: 26.4), against
-// 22.9 and 29.0 µs with plain loads in pass 2 and 20.0 and 25.7 µs with
-// pass 1 last to first (benchmarks/kernel_variants/h200_streamed.log:
-// `cs2_fwd`, `base`, `cs2`). The backward's pass 1 takes its chunks last to
-// first, so that pass 2 starts with what pass 1 read last; on an H200 that
-// took the bfloat16 backward of 24 rows of 524,288 from 51.1 to 45.6 µs
-// (CUDA events; h200_split_reverse.log).
+// to last too, which measured faster than last to first. The backward's
+// pass 1 takes its chunks last to first, so that pass 2 starts with what
+// pass 1 read last and still finds it in L2.
 template <typename T, int kVectors, bool kSquares>
 __global__ void __launch_bounds__(kSplitThreads)
     ChunkSumsKernel(const T* __restrict__ a, const T* __restrict__ b,
@@ -151,13 +142,9 @@ __global__ void __launch_bounds__(kSplitThreads)
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x)) for one chunk of the rows of
 // one segment per block (item = segment * chunks + chunk); the chunk's
 // weight gradient over the segment goes to row `segment` of `partials`.
-// Its loads of dy and x are their last use in the op (LoadVectors<kLastUse>):
-// on an H200 the bfloat16 backward of 64 rows of 524,288 took 96.15 µs
-// against 107.1 (CUDA events, mean of two rounds), the float32 seed shape's
-// forward + backward at the JAX level 76.5 against 77.7 µs (H100: 97.9
-// against 100.6), but float32 128 x 262,144, which does not fit in L2, 180.45
-// against 170.8 µs (h200_streamed.log: `cs2b` against `cs2`, whose backward
-// is `base`'s).
+// Its loads of dy and x are their last use in the op (LoadVectors<kLastUse>),
+// so that L2 keeps dx, which the next op reads. That wins where the rows fit
+// in L2 and loses a little where they do not.
 template <typename T, int kVectors>
 __global__ void __launch_bounds__(kSplitThreads)
     ChunkBackwardKernel(const T* __restrict__ dy,
@@ -205,9 +192,8 @@ __global__ void __launch_bounds__(kSplitThreads)
 }
 
 // The backward's segments (rows whose weight gradient a block adds up) hold
-// at least this many rows: on an H200, 8 rows per segment instead of 4 took
-// the seed shape's bfloat16 backward from 33.5 to 30.8 µs
-// (benchmarks/kernel_variants/h200_fixed_costs.log).
+// at least this many rows, so that writing and adding up the partial sums
+// stays small beside the rows themselves.
 constexpr int64_t kRowsPerSegment = 8;
 
 // Blocks for `items` chunks: one each, up to the grid's limit.

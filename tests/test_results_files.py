@@ -1,0 +1,66 @@
+"""The committed results: whole, self-consistent, one latest file per device."""
+
+import importlib.util
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[1]
+RESULTS = ROOT / "results"
+BENCHMARK_FILES = sorted(p for p in (RESULTS / "benchmarks").glob("*.json")
+                         if not p.name.startswith("multi_gpu_"))
+FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "rows", "row_len",
+          "median_us", "bytes", "gbps", "copy_gbps"}
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "benchmarks" / "rms_norm_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_one_results_root_and_no_history_in_the_tree():
+    assert not (ROOT / "benchmarks" / "results").exists()
+    for path in RESULTS.rglob("*"):
+        # no earlier runs beside the latest: no file named after a commit
+        assert not re.search(r"(^|_)[0-9a-f]{7}(_|\.|$)", path.name), path
+
+
+@pytest.mark.parametrize("path", BENCHMARK_FILES, ids=lambda p: p.name)
+def test_a_device_file_is_one_whole_run_of_every_case(path):
+    bench = _bench()
+    records = json.loads(path.read_text())
+    assert path.stem == bench.device_slug(records[0]["device"])
+    for record in records:
+        assert set(record) == FIELDS
+        for key in ("device", "jax_version", "commit"):
+            assert record[key] == records[0][key], key
+    timed = {(r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]) for r in records}
+    assert len(timed) == len(records)  # no case twice
+    expected = {(op, impl, dtype, rows, row_len)
+                for dtype, rows, row_len in bench.GPU_CASES
+                for op in ("fwd", "fwd_bwd") for impl in ("gpu_ops", "apex_seed", "xla")}
+    assert timed == expected
+
+
+@pytest.mark.parametrize("path", BENCHMARK_FILES, ids=lambda p: p.name)
+def test_bandwidths_follow_from_bytes_and_times(path):
+    bench = _bench()
+    for r in json.loads(path.read_text()):
+        assert r["bytes"] == bench.minimum_bytes(r["op"], r["dtype"], r["rows"], r["row_len"])
+        assert r["gbps"] == pytest.approx(r["bytes"] / r["median_us"] / 1e3, rel=1e-3)
+        assert 0 < r["copy_gbps"] < 10_000 and r["median_us"] > 0
+
+
+def test_every_gpu_machine_folder_says_what_ran_where():
+    folders = sorted(p for p in (RESULTS / "gpu").iterdir() if p.is_dir())
+    assert folders
+    for folder in folders:
+        environment = (folder / "environment.txt").read_text()
+        assert re.search(r"^date: 20\d\d-", environment, re.M), folder
+        assert re.search(r"^commit: [0-9a-f]{7,40}", environment, re.M), folder
+        assert "NVIDIA H" in environment and "jax 0." in environment, folder
+        assert (folder / "README.md").is_file(), folder
