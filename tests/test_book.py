@@ -126,3 +126,16 @@ def test_printed_outputs_fit_the_page(source):
             text = output.get("text") or output.get("data", {}).get("text/plain", "")
             for line in text.splitlines():
                 assert len(line) <= OUTPUT_COLUMNS, f"{source.name}: {line[:60]}... ({len(line)})"
+
+
+@pytest.mark.parametrize("source", [s for s in SOURCES if s.name[:2] in
+                                    {"01", "02", "03", "04", "05", "06", "07"}], ids=lambda p: p.name)
+def test_chapter_has_an_exercise_with_a_hidden_checked_solution(source):
+    cells = jupytext.read(source.with_suffix(".ipynb")).cells
+    (heading,) = [i for i, c in enumerate(cells)
+                  if c.cell_type == "markdown" and "## Exercise" in c.source.splitlines()]
+    solution = cells[heading + 1]
+    assert solution.cell_type == "code" and "hide-input" in solution.metadata.get("tags", [])
+    # it checks itself, so that nbval tests it
+    assert "assert" in solution.source or "check_grads(" in solution.source
+    assert solution.outputs and not [o for o in solution.outputs if o.output_type == "error"]

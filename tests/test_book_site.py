@@ -73,7 +73,7 @@ def test_built_with_a_repository_url_links_to_it(tmp_path):
 def test_built_without_one_shows_no_repository_buttons(tmp_path):
     # GIT_DIR pointing nowhere: no remote to read the address from.
     pages = _pages(_build(tmp_path, GIT_DIR=str(tmp_path / "no-repository")))
-    assert "<p>Clone its repository and, in its folder:</p>" in pages[
+    assert "<p>Clone its repository, then, in its folder:</p>" in pages[
         tmp_path / "_build" / "html" / "intro.html"]
     for page, text in pages.items():
         assert "btn-source-repository-button" not in text, page
