@@ -24,6 +24,9 @@ constexpr int kWarps = kThreads / kWarpSize;
 constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride loops cover the rest
 constexpr int64_t kMaxGridY = 65535;
 
+// [simple-forward]
+// The sum of v over the block: each warp adds up its 32 values with
+// shuffles, the warps' sums meet in shared memory.
 template <typename A>
 __device__ A BlockSum(A v, A* scratch) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
@@ -61,6 +64,7 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) inv_rms[row] = inv;
   }
 }
+// [simple-forward-end]
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x)), one block per row.
 template <typename X, typename W>
