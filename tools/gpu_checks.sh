@@ -9,7 +9,7 @@
 # build, the tests and the chapters (the sanitizer log is appended to).
 # GPU machines have no jupyter-book, so the book build and its tests are skipped;
 # the Python packages the tests and chapters need beyond the machine's own
-# (hypothesis, the Jupyter packages) may come as wheels in .whl/.
+# come as wheels in .whl/ (tools/gpu_wheels.sh).
 set -uo pipefail
 out=${1:?usage: tools/gpu_checks.sh OUTDIR}
 mkdir -p "$out"
