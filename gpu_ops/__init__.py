@@ -7,6 +7,7 @@ pieces the book builds chapter by chapter:
 - ``primitives``: the JAX primitives and their abstract evaluation;
 - ``lowering``: lowering the primitives to XLA FFI custom calls;
 - ``autodiff``: the custom VJP;
+- ``hijax_route``: the same operation as one ``jax.experimental.hijax`` class;
 - ``higher_order``: derivatives of the gradient (JVP rules in jnp);
 - ``batching``: the vmap rules;
 - ``sharding``: custom partitioning across devices;

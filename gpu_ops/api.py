@@ -4,13 +4,19 @@ import jax.numpy as jnp
 
 # Importing these registers the FFI targets, lowerings, vmap rules and
 # partitioning rules of the primitives.
-from gpu_ops import batching, lowering, sharding  # noqa: F401
+from gpu_ops import batching, hijax_route, lowering, sharding  # noqa: F401
 from gpu_ops.autodiff import rms_norm_vjp
 from gpu_ops.sharding import over_explicit_axes, vary_alike
-from gpu_ops.validation import check_rms_norm_args
+from gpu_ops.validation import check_implementation, check_rms_norm_args
+
+#: The ways the operation is defined, by name (chapter 9 compares them).
+IMPLEMENTATIONS = {
+    "primitives": rms_norm_vjp,  # explicit primitives with their rules
+    "hijax": hijax_route.rms_norm,  # one jax.experimental.hijax class
+}
 
 
-def rms_norm(x, weight, eps=1e-5):
+def rms_norm(x, weight, eps=1e-5, *, implementation="primitives"):
     """RMS-normalise ``x`` over its trailing ``weight.ndim`` axes and scale by ``weight``.
 
     ``y = x / sqrt(mean(x**2 over those axes) + eps) * weight``
@@ -20,6 +26,9 @@ def rms_norm(x, weight, eps=1e-5):
       weight: array of one of those dtypes (it may differ from x's) whose shape
         equals the trailing shape of ``x``.
       eps: finite number >= 0 added to the mean square.
+      implementation: "primitives" (explicit JAX primitives with their rules)
+        or "hijax" (one ``jax.experimental.hijax`` class); both call the same
+        kernels and give the same results.
 
     Returns:
       An array of ``x``'s shape and ``weight``'s dtype. Works under ``jit``,
@@ -30,8 +39,9 @@ def rms_norm(x, weight, eps=1e-5):
     x = jnp.asarray(x)
     weight = jnp.asarray(weight)
     eps = check_rms_norm_args(x, weight, eps)
+    defined = IMPLEMENTATIONS[check_implementation(implementation, IMPLEMENTATIONS)]
 
     def on_its_devices(x, weight):
-        return rms_norm_vjp(*vary_alike(x, weight), eps)
+        return defined(*vary_alike(x, weight), eps)
 
     return over_explicit_axes(on_its_devices, x, weight)

@@ -41,3 +41,14 @@ def check_rms_norm_args(x, weight, eps):
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"rms_norm: eps must be a finite number >= 0, got {shown}")
     return value
+
+
+def check_implementation(implementation, known):
+    """Raise TypeError/ValueError unless `implementation` names one of `known`."""
+    if not isinstance(implementation, str):
+        raise TypeError(f"rms_norm: implementation must be a string, got "
+                        f"{type(implementation).__name__}")
+    if implementation not in known:
+        raise ValueError(f"rms_norm: implementation must be one of {sorted(known)}, "
+                         f"got {implementation!r}")
+    return implementation

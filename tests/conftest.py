@@ -1,4 +1,5 @@
-"""Test configuration: 8 virtual CPU devices, float64 enabled, GPU marker."""
+"""Test configuration: 8 virtual CPU devices, float64 enabled, GPU marker, and
+the contract tests run once per implementation of the operation."""
 
 import os
 
@@ -8,8 +9,12 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 
+import functools  # noqa: E402
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+import gpu_ops  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -18,10 +23,51 @@ def has_gpu():
     return jax.default_backend() == "gpu"
 
 
+def _implementation_of(item):
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("implementation", "") if callspec else ""
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_implementation_of)  # stable: one switch of implementation
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# The test modules of the operation's contract. Each of their tests runs once
+# per implementation: gpu_ops.rms_norm is the chosen one's while it runs.
+CONTRACT_MODULES = {"test_bad_input", "test_gpu", "test_lowering", "test_numerics",
+                    "test_properties", "test_sharding", "test_threads",
+                    "test_transformations"}
+_rms_norm = gpu_ops.rms_norm
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.module.__name__ in CONTRACT_MODULES:
+        metafunc.fixturenames.append("implementation")
+        metafunc.parametrize("implementation", sorted(gpu_ops.api.IMPLEMENTATIONS))
+
+
+_last_implementation = [None]
+
+
+@pytest.fixture(autouse=True)
+def _with_implementation(request, monkeypatch):
+    callspec = getattr(request.node, "callspec", None)
+    implementation = callspec.params.get("implementation") if callspec else None
+    if implementation is None:
+        yield
+        return
+    if implementation != _last_implementation[0]:
+        # A function jitted for one implementation must not be found in
+        # jit's cache while the other runs (the tests are sorted by
+        # implementation, so this happens rarely).
+        jax.clear_caches()
+        _last_implementation[0] = implementation
+    monkeypatch.setattr(gpu_ops, "rms_norm", functools.partial(
+        _rms_norm, implementation=implementation))
+    yield

@@ -1,0 +1,50 @@
+"""RMS norm as one HiJAX primitive: the same operation, defined as a class.
+
+``jax.experimental.hijax`` (experimental) lets one class carry an
+operation's rules: its result type, how it expands into lower-level
+operations, its VJP and its batching rule. Here it expands into the forward
+primitive of ``primitives.py``, so that it reaches the same FFI handlers
+with their per-platform lowering and partitioning rules, and its VJP calls
+the same custom calls as ``autodiff.py``.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import hijax
+
+from gpu_ops import higher_order
+
+
+class RmsNorm(hijax.HiPrim):
+    """y = x / sqrt(mean(x**2 over weight's axes) + eps) * weight."""
+
+    def __init__(self, x_type, weight_type, *, eps):
+        self.in_avals = (x_type, weight_type)
+        # y is typed like x (its mesh axes too), in the weight's dtype.
+        self.out_aval = x_type.update(dtype=weight_type.dtype, weak_type=False)
+        self.params = dict(eps=eps)
+        super().__init__()
+
+    def expand(self, x, weight):
+        return higher_order.forward(x, weight, self.eps)[0]
+
+    def vjp_fwd(self, nonzero_tangents, x, weight):
+        del nonzero_tangents
+        y, inv_rms = higher_order.forward(x, weight, self.eps)
+        return y, (inv_rms, x, weight)
+
+    def vjp_bwd_retval(self, residuals, dy):
+        inv_rms, x, weight = residuals
+        return higher_order.backward(dy, inv_rms, x, weight, self.eps)
+
+    def batch(self, axis_data, args, dims):
+        x, weight = args
+        x_dim, weight_dim = dims
+        if weight_dim is None:  # a batch of x is more rows
+            return rms_norm(jnp.moveaxis(x, x_dim, 0), weight, self.eps), 0
+        return hijax.vmap_rule(axis_data, self.expand, dims, 0)(x, weight), 0
+
+
+def rms_norm(x, weight, eps):
+    """The operation through the HiJAX primitive (arguments already checked)."""
+    return RmsNorm(jax.typeof(x), jax.typeof(weight), eps=eps)(x, weight)
