@@ -57,9 +57,8 @@ _last_implementation = [None]
 
 @pytest.fixture(autouse=True)
 def _with_implementation(request, monkeypatch):
-    callspec = getattr(request.node, "callspec", None)
-    implementation = callspec.params.get("implementation") if callspec else None
-    if implementation is None:
+    implementation = _implementation_of(request.node)
+    if not implementation:
         yield
         return
     if implementation != _last_implementation[0]:
