@@ -100,17 +100,17 @@ OUTPUT_COLUMNS = 92
 MACHINE_PATHS = re.compile(r"site-packages|/home/|/root/|/work/|/tmp/|\.venv")
 
 
-def _outputs(notebook):
+def _shown_code_cells(notebook):
     for cell in notebook.cells:
         if cell.cell_type == "code" and "remove-cell" not in cell.metadata.get("tags", []):
-            yield cell, cell.outputs
+            yield cell
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_taught_errors_are_short_and_name_no_machine_paths(source):
     notebook = jupytext.read(source.with_suffix(".ipynb"))
-    for cell, outputs in _outputs(notebook):
-        for error in (o for o in outputs if o.output_type == "error"):
+    for cell in _shown_code_cells(notebook):
+        for error in (o for o in cell.outputs if o.output_type == "error"):
             text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.traceback))
             assert text.count("\n") < 12, f"{source.name}: {len(text.splitlines())} lines"
             assert not MACHINE_PATHS.search(text), f"{source.name}: {text[:200]}"
@@ -119,10 +119,10 @@ def test_taught_errors_are_short_and_name_no_machine_paths(source):
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_printed_outputs_fit_the_page(source):
     notebook = jupytext.read(source.with_suffix(".ipynb"))
-    for cell, outputs in _outputs(notebook):
+    for cell in _shown_code_cells(notebook):
         if "hide-output" in cell.metadata.get("tags", []):
             continue
-        for output in outputs:
+        for output in cell.outputs:
             text = output.get("text") or output.get("data", {}).get("text/plain", "")
             for line in text.splitlines():
                 assert len(line) <= OUTPUT_COLUMNS, f"{source.name}: {line[:60]}... ({len(line)})"

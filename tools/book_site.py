@@ -58,8 +58,7 @@ def _configure(app, config):
     url = repository_url(source_dir=app.srcdir)
     options = dict(config.html_theme_options)
     options.update(repository_url=url or "", use_repository_button=bool(url),
-                   use_issues_button=bool(url), use_edit_page_button=False,
-                   use_download_button=True, launch_buttons={})
+                   use_issues_button=bool(url))
     config.html_theme_options = options
     # The theme reads its colour mode from here; left empty, every page logs
     # an error ("invalid theme mode") before falling back to "auto".
