@@ -4,9 +4,10 @@
 # on forward and backward.
 # Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
 # To split a run over calls of limited length (on one machine, which keeps
-# the build): GPU_CHECKS_SANITIZERS="memcheck racecheck" runs only those
-# tools (default: all four), and GPU_CHECKS_SANITIZERS_ONLY=1 skips the
-# build, the tests and the chapters (the sanitizer log is appended to).
+# the build): GPU_CHECKS_STEPS chooses among "tests" (the build and the test
+# suite), "chapters" and "sanitizers" (default: all three, in that order), and
+# GPU_CHECKS_SANITIZERS="memcheck racecheck" runs only those tools (default:
+# all four; the sanitizer log is appended to).
 # GPU machines have no jupyter-book, so the book build and its tests are skipped;
 # the Python packages the tests and chapters need beyond the machine's own
 # come as wheels in .whl/ (tools/gpu_wheels.sh).
@@ -29,15 +30,18 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-tests_status=0 chapters_status=0
-if [ "${GPU_CHECKS_SANITIZERS_ONLY:-0}" != 1 ]; then
+steps=" ${GPU_CHECKS_STEPS:-tests chapters sanitizers} "
+tests_status=0 chapters_status=0 sanitizer_status=0
+if [[ $steps == *" tests "* ]]; then
   rm -rf build
   # The property test draws many more cases here than in CI.
   GPU_OPS_HYPOTHESIS_PROFILE=${GPU_OPS_HYPOTHESIS_PROFILE:-long} \
   GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} ./build.sh test 2>&1 |
     tee "$out/build_and_tests.log"
   tests_status=${PIPESTATUS[0]}
+fi
 
+if [[ $steps == *" chapters "* ]]; then
   # Every chapter re-executed and its outputs compared with the stored ones,
   # as in CI: nothing a chapter prints may depend on the platform.
   python3 -m pytest -q -p no:cacheprovider --nbval chapters \
@@ -45,9 +49,10 @@ if [ "${GPU_CHECKS_SANITIZERS_ONLY:-0}" != 1 ]; then
   chapters_status=${PIPESTATUS[0]}
 fi
 
-sanitizer_status=0
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-for tool in ${GPU_CHECKS_SANITIZERS:-memcheck racecheck initcheck synccheck}; do
+sanitizers=${GPU_CHECKS_SANITIZERS:-memcheck racecheck initcheck synccheck}
+[[ $steps == *" sanitizers "* ]] || sanitizers=
+for tool in $sanitizers; do
   # Check only gpu_ops' kernels (their mangled names contain the namespace),
   # except for initcheck: it must see XLA's kernels write our inputs, or it
   # reports every input as uninitialised.
