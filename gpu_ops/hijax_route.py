@@ -42,7 +42,14 @@ class RmsNorm(hijax.HiPrim):
         x_dim, weight_dim = dims
         if weight_dim is None:  # a batch of x is more rows
             return rms_norm(jnp.moveaxis(x, x_dim, 0), weight, self.eps), 0
-        return hijax.vmap_rule(axis_data, self.expand, dims, 0)(x, weight), 0
+        # Each example has its own weight: vmap the expansion, whose forward
+        # primitive runs once per example (batching.py). Plain jax.vmap, not
+        # hijax.vmap_rule, which JAX 0.11 lacks: the arguments of a forward
+        # call are never symbolic zeros, the case vmap_rule exists for.
+        return jax.vmap(self.expand, in_axes=dims, axis_size=axis_data.size,
+                        axis_name=axis_data.name,
+                        spmd_axis_name=axis_data.spmd_name
+                        or axis_data.explicit_mesh_axis)(x, weight), 0
 
 
 def rms_norm(x, weight, eps):
