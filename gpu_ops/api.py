@@ -9,10 +9,15 @@ from gpu_ops.autodiff import rms_norm_vjp
 from gpu_ops.sharding import over_explicit_axes, vary_alike
 from gpu_ops.validation import check_implementation, check_rms_norm_args
 
+def _with_pallas_kernels(x, weight, eps):
+    return rms_norm_vjp(x, weight, eps, "pallas")
+
+
 #: The ways the operation is defined, by name (chapter 9 compares them).
 IMPLEMENTATIONS = {
     "primitives": rms_norm_vjp,  # explicit primitives with their rules
     "hijax": hijax_route.rms_norm,  # one jax.experimental.hijax class
+    "pallas": _with_pallas_kernels,  # the primitives, lowered to Pallas kernels
 }
 
 
@@ -27,8 +32,10 @@ def rms_norm(x, weight, eps=1e-5, *, implementation="primitives"):
         equals the trailing shape of ``x``.
       eps: finite number >= 0 added to the mean square.
       implementation: "primitives" (explicit JAX primitives with their rules)
-        or "hijax" (one ``jax.experimental.hijax`` class); both call the same
-        kernels and give the same results.
+        or "hijax" (one ``jax.experimental.hijax`` class), which call the
+        same C++ and CUDA kernels; or "pallas", the explicit primitives with
+        kernels written in Pallas (Mosaic GPU on NVIDIA GPUs of sm_90 or
+        newer, Pallas' GPU interpret mode on CPUs).
 
     Returns:
       An array of ``x``'s shape and ``weight``'s dtype. Works under ``jit``,

@@ -48,17 +48,17 @@ def _once_per_example(primitive, args, dims, **params):
     return outputs, [0] * len(outputs)
 
 
-def _forward_batching(args, dims, *, eps):
+def _forward_batching(args, dims, **params):
     x, weight = args
     x_dim, weight_dim = dims
     if weight_dim is not None:
-        return _once_per_example(rms_norm_fwd_p, args, dims, eps=eps)
-    outputs = rms_norm_fwd_p.bind(jnp.moveaxis(x, x_dim, 0), weight, eps=eps)
+        return _once_per_example(rms_norm_fwd_p, args, dims, **params)
+    outputs = rms_norm_fwd_p.bind(jnp.moveaxis(x, x_dim, 0), weight, **params)
     return outputs, [0, 0]
 
 
-def _backward_batching(args, dims, *, eps):
-    return _once_per_example(rms_norm_bwd_p, args, dims, eps=eps)
+def _backward_batching(args, dims, **params):
+    return _once_per_example(rms_norm_bwd_p, args, dims, **params)
 
 
 batching.primitive_batchers[rms_norm_fwd_p] = _forward_batching

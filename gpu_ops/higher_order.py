@@ -48,22 +48,22 @@ def backward_in_jnp(dy, inv_rms, x, weight, eps):
     return dx.astype(x.dtype), dweight.astype(weight.dtype)
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2,))
-def forward(x, weight, eps):
-    """(y, inv_rms) from the forward custom call."""
-    return tuple(rms_norm_fwd_p.bind(x, weight, eps=eps))
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def forward(x, weight, eps, kernels="ffi"):
+    """(y, inv_rms) from the forward custom call (or Pallas kernel)."""
+    return tuple(rms_norm_fwd_p.bind(x, weight, eps=eps, kernels=kernels))
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(4,))
-def backward(dy, inv_rms, x, weight, eps):
-    """(dx, dweight) from the backward custom call."""
-    return tuple(rms_norm_bwd_p.bind(dy, inv_rms, x, weight, eps=eps))
+@partial(jax.custom_jvp, nondiff_argnums=(4, 5))
+def backward(dy, inv_rms, x, weight, eps, kernels="ffi"):
+    """(dx, dweight) from the backward custom call (or Pallas kernel)."""
+    return tuple(rms_norm_bwd_p.bind(dy, inv_rms, x, weight, eps=eps, kernels=kernels))
 
 
 def _jvp_rule(call, in_jnp):
-    def jvp(eps, primals, tangents):
+    def jvp(eps, kernels, primals, tangents):
         _, output_tangents = jax.jvp(lambda *args: in_jnp(*args, eps), primals, tangents)
-        return call(*primals, eps), output_tangents
+        return call(*primals, eps, kernels), output_tangents
     return jvp
 
 

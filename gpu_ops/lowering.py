@@ -1,15 +1,20 @@
 """Lowering the per-shard primitives to XLA FFI custom calls, per platform.
 
 ``eps`` becomes a typed float64 attribute of the custom call (the handlers
-declare ``Attr<double>("eps")``), so no opaque descriptor is needed.
+declare ``Attr<double>("eps")``), so no opaque descriptor is needed. Where
+the primitive's ``kernels`` parameter is ``"pallas"``, it lowers to the
+Pallas kernels instead: compiled by Mosaic GPU on CUDA, run in Pallas'
+interpret mode on the CPU.
 """
+
+from functools import partial
 
 import numpy as np
 import jax
 from jax.core import ShapedArray
 from jax.interpreters import mlir
 
-from gpu_ops import ffi_targets
+from gpu_ops import ffi_targets, pallas_kernels
 from gpu_ops.primitives import rms_norm_bwd_shard_p, rms_norm_fwd_shard_p
 
 _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
@@ -58,6 +63,44 @@ BACKWARD_RULES = {
     "cuda": _with_cuda_scratch(_backward_call, _backward_scratch),
 }
 
+
+
+def _on_plain_types(rule):
+    """`rule`, traced with types that hold only shapes and dtypes.
+
+    A kernel computes on one device's values, so its lowering needs no mesh.
+    With one, Pallas' interpreter fails JAX's checks: inside ``shard_map``
+    it indexes values that vary along mesh axes at block indices that vary
+    along none, and with explicit mesh axes the values it creates take
+    shardings that its updates of the operands do not have.
+    """
+    def lowering(ctx, *operands, **params):
+        def plain(avals):
+            return [ShapedArray(aval.shape, aval.dtype) for aval in avals]
+        ctx = ctx.replace(avals_in=plain(ctx.avals_in), avals_out=plain(ctx.avals_out))
+        with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), ())):
+            return rule(ctx, *operands, **params)
+    return lowering
+
+
+def _by_kernels(ffi_rule, pallas_function, platform):
+    """The rule for the primitive's `kernels`: the FFI call's, or the Pallas kernels'."""
+    pallas_rule = _on_plain_types(mlir.lower_fun(
+        partial(pallas_function, on_cpu=platform == "cpu"), multiple_results=True))
+
+    rules = {"ffi": ffi_rule, "pallas": pallas_rule}
+
+    def lowering(ctx, *operands, eps, kernels="ffi"):
+        return rules[kernels](ctx, *operands, eps=eps)
+    return lowering
+
+
 for _platform in ("cpu", "cuda"):
-    mlir.register_lowering(rms_norm_fwd_shard_p, FORWARD_RULES[_platform], platform=_platform)
-    mlir.register_lowering(rms_norm_bwd_shard_p, BACKWARD_RULES[_platform], platform=_platform)
+    mlir.register_lowering(
+        rms_norm_fwd_shard_p,
+        _by_kernels(FORWARD_RULES[_platform], pallas_kernels.forward, _platform),
+        platform=_platform)
+    mlir.register_lowering(
+        rms_norm_bwd_shard_p,
+        _by_kernels(BACKWARD_RULES[_platform], pallas_kernels.backward, _platform),
+        platform=_platform)

@@ -13,6 +13,11 @@ Both pairs have the same shapes and dtypes:
 - forward: ``(x, weight) -> (y, inv_rms)``
 - backward: ``(dy, inv_rms, x, weight) -> (dx, dweight)``
 
+and the same parameters: ``eps``, and ``kernels``, which says what the
+per-shard primitives lower to: ``"ffi"`` (the C++ and CUDA kernels behind
+XLA's FFI) or ``"pallas"`` (the Pallas kernels of ``pallas_kernels.py``).
+Every other rule (VJP, vmap, partitioning) is the same for both.
+
 where ``weight`` covers the trailing ``weight.ndim`` axes of ``x``, ``y`` and
 ``dy`` have weight's dtype, and ``inv_rms`` has x's leading shape and is
 float32 unless x is float64.
@@ -49,16 +54,16 @@ def _like(aval, shape, dtype):
     return aval.update(shape=shape, dtype=dtype, weak_type=False, sharding=sharding)
 
 
-def _forward_abstract_eval(x, weight, *, eps):
-    del eps
+def _forward_abstract_eval(x, weight, **params):
+    del params
     return (
         _like(x, x.shape, weight.dtype),
         _like(x, leading_shape(x, weight), inv_rms_dtype(x.dtype)),
     )
 
 
-def _backward_abstract_eval(dy, inv_rms, x, weight, *, eps):
-    del eps
+def _backward_abstract_eval(dy, inv_rms, x, weight, **params):
+    del params
     assert dy.shape == x.shape and dy.dtype == weight.dtype, (dy, x, weight)
     assert inv_rms.shape == leading_shape(x, weight), (inv_rms, x, weight)
     return (

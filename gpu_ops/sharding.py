@@ -43,16 +43,16 @@ def _factor_names(x_rank, weight_rank):
     return " ".join(rows), " ".join(normalised), tuple(normalised)
 
 
-def _forward_rule(eps, mesh, operand_types, result_types):
-    del eps, mesh, result_types
+def _forward_rule(eps, kernels, mesh, operand_types, result_types):
+    del eps, kernels, mesh, result_types
     rows, normalised, replicated = _factor_names(
         len(operand_types[0].shape), len(operand_types[1].shape))
     rule = f"{rows} {normalised}, {normalised} -> {rows} {normalised}, {rows}"
     return rule, {"need_replication_factors": replicated}
 
 
-def _backward_rule(eps, mesh, operand_types, result_types):
-    del eps, mesh, result_types
+def _backward_rule(eps, kernels, mesh, operand_types, result_types):
+    del eps, kernels, mesh, result_types
     rows, normalised, replicated = _factor_names(
         len(operand_types[2].shape), len(operand_types[3].shape))
     x = f"{rows} {normalised}"
@@ -104,24 +104,24 @@ def _row_shardings(mesh, x_info, weight_ndim):
     return x_sharding, inv_sharding, replicated, _mesh_axes(rows)
 
 
-def _forward_partition(eps, mesh, arg_infos, result_infos):
+def _forward_partition(eps, kernels, mesh, arg_infos, result_infos):
     del result_infos
     x_info, weight_info = arg_infos
     x_sharding, inv_sharding, replicated, _ = _row_shardings(
         mesh, x_info, len(weight_info.shape))
 
-    per_shard = partial(_forward.fun, eps=eps)
+    per_shard = partial(_forward.fun, eps=eps, kernels=kernels)
     return mesh, per_shard, (x_sharding, inv_sharding), (x_sharding, replicated)
 
 
-def _backward_partition(eps, mesh, arg_infos, result_infos):
+def _backward_partition(eps, kernels, mesh, arg_infos, result_infos):
     del result_infos
     x_info, weight_info = arg_infos[2], arg_infos[3]
     x_sharding, inv_sharding, replicated, row_axes = _row_shardings(
         mesh, x_info, len(weight_info.shape))
 
     def per_shard(dy, inv_rms, x, weight):
-        dx, dweight = _backward.fun(dy, inv_rms, x, weight, eps)
+        dx, dweight = _backward.fun(dy, inv_rms, x, weight, eps, kernels)
         if row_axes:  # each device summed only its own rows
             total = jax.lax.psum(dweight.astype(inv_rms_dtype(x.dtype)), row_axes)
             dweight = total.astype(weight.dtype)
@@ -131,14 +131,15 @@ def _backward_partition(eps, mesh, arg_infos, result_infos):
     return mesh, per_shard, (x_sharding, replicated), arg_shardings
 
 
-@partial(custom_partitioning, static_argnums=(2,))
-def _forward(x, weight, eps):
-    return tuple(rms_norm_fwd_shard_p.bind(x, weight, eps=eps))
+@partial(custom_partitioning, static_argnums=(2, 3))
+def _forward(x, weight, eps, kernels):
+    return tuple(rms_norm_fwd_shard_p.bind(x, weight, eps=eps, kernels=kernels))
 
 
-@partial(custom_partitioning, static_argnums=(4,))
-def _backward(dy, inv_rms, x, weight, eps):
-    return tuple(rms_norm_bwd_shard_p.bind(dy, inv_rms, x, weight, eps=eps))
+@partial(custom_partitioning, static_argnums=(4, 5))
+def _backward(dy, inv_rms, x, weight, eps, kernels):
+    return tuple(rms_norm_bwd_shard_p.bind(
+        dy, inv_rms, x, weight, eps=eps, kernels=kernels))
 
 
 _forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
@@ -155,11 +156,11 @@ def _lowering_through(partitioned):
     with shardings that name no mesh axes; XLA then gathers along the axes
     left automatic, if anything is split along them, before the call.
     """
-    def lowering(ctx, *operands, eps):
+    def lowering(ctx, *operands, eps, kernels="ffi"):
         manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
         fn = partitioned.fun if manual else partitioned
         return mlir.lower_fun(
-            lambda *args: fn(*args, eps), multiple_results=True
+            lambda *args: fn(*args, eps, kernels), multiple_results=True
         )(ctx, *operands)
     return lowering
 

@@ -28,8 +28,20 @@ def _implementation_of(item):
     return callspec.params.get("implementation", "") if callspec else ""
 
 
+# The marker of tests that do not apply to the Pallas kernels, and why.
+_NOT_FOR_PALLAS = {
+    "ffi_lowering": "the Pallas kernels lower to Mosaic GPU, not to the FFI targets",
+}
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_implementation_of)  # stable: one switch of implementation
+    for item in items:
+        if _implementation_of(item) != "pallas":
+            continue
+        for marker, reason in _NOT_FOR_PALLAS.items():
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU")

@@ -63,7 +63,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("mesh_shape,names,spec", CASES, ids=str)
-def test_batch_sharded_input_is_not_gathered(mesh_shape, names, spec):
+def test_batch_sharded_input_is_not_gathered(mesh_shape, names, spec, implementation):
     mesh = _mesh(mesh_shape, names)
     x, weight = _data(shape=(16, 8, 32), w_ndim=1)
     single = _on(_devices()[0], x, weight)
@@ -72,7 +72,8 @@ def test_batch_sharded_input_is_not_gathered(mesh_shape, names, spec):
 
     for f in (gpu_ops.rms_norm, _grad):
         hlo = _compiled_text(f, x_sharded, w_replicated)
-        assert "gpu_ops_rms_norm" in hlo
+        if implementation != "pallas":  # whose kernels are not FFI calls
+            assert "gpu_ops_rms_norm" in hlo
         for collective in COLLECTIVES_THAT_MOVE_INPUTS:
             assert collective not in hlo, (f, collective)
 

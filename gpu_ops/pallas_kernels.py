@@ -1,0 +1,235 @@
+"""RMS norm's forward and backward kernels written in Pallas (Mosaic GPU).
+
+The same maths as the CUDA kernels, in JAX's kernel language, with the
+lowering JAX recommends for Hopper: ``plgpu.kernel`` compiles each function
+below with Mosaic GPU on an NVIDIA GPU (sm_90 or newer). Elsewhere the same
+kernel bodies run in Pallas' interpret mode (``interpret=True``), which
+turns them into XLA operations. Its GPU interpret mode, which simulates
+shared memory and threads, keeps one global state for every kernel and
+orders its host callbacks with an effect token, which primitives lowered
+inside ``custom_partitioning`` and ``vmap`` cannot carry; these kernels use
+neither shared memory nor barriers, so the plain interpreter runs them.
+
+Each kernel sees x as rows (its leading axes flattened) of ``row_length``
+values (the weight's axes flattened), every row a block of one warpgroup
+(128 threads). A row is read in chunks whose register layout gives each
+thread whole 16-byte vectors, as the CUDA kernels' loads do:
+
+- forward: add up a row's squares, then write ``y = weight * x * inv_rms``.
+  A row of at most ``_HELD_CHUNKS`` chunks stays in registers between the
+  two; a longer one is read twice.
+- backward: the row's ``mean(dy * weight * x)``, then ``dx``, in the same
+  way; the weight gradient, a sum over rows, comes from a second kernel in
+  which each block adds up one chunk of columns over a share of the rows,
+  and XLA adds up those shares.
+
+Rows whose length is not a multiple of 128 are padded with zeros, which add
+nothing to a sum of squares, and the padding is cut off the results.
+"""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from gpu_ops.primitives import inv_rms_dtype, leading_shape
+
+_LANES = 128  # threads of a warpgroup: a chunk gives each the same number of values
+_HELD_CHUNKS = 8  # a row of at most this many chunks is read once
+_ROW_SHARES = 128  # blocks adding up each chunk of the weight gradient
+
+
+def _chunk_length(row_length, dtype):
+    """The longest chunk of a (padded) row that gives each thread at most 16 bytes."""
+    per_thread = 16 // jnp.dtype(dtype).itemsize
+    while row_length % (_LANES * per_thread):
+        per_thread //= 2
+    return _LANES * per_thread
+
+
+def _padded(a, length):
+    """`a` with its last axis padded with zeros to `length`."""
+    extra = length - a.shape[-1]
+    return a if extra == 0 else jnp.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, extra)])
+
+
+def _result(operand, shape, dtype):
+    """A kernel result's type, with `operand`'s manual-axis type, which JAX
+    requires of a kernel's results inside ``shard_map``."""
+    return jax.ShapeDtypeStruct(shape, dtype,
+                                manual_axis_type=jax.typeof(operand).manual_axis_type)
+
+
+def _kernel(out_type, grid, on_cpu):
+    """A decorator making `body(block, *refs)` a kernel over `grid`.
+
+    ``block(i)`` is the index of the running block along grid axis i. On a
+    GPU the kernel is a Mosaic GPU kernel (``plgpu.kernel``, whose grid axes
+    are named); elsewhere the same body runs in Pallas' interpret mode.
+    """
+    def make(body):
+        if on_cpu:
+            return pl.pallas_call(functools.partial(body, pl.program_id),
+                                  out_shape=out_type, grid=grid, interpret=True)
+        names = ("a", "b")[:len(grid)]
+        return plgpu.kernel(
+            functools.partial(body, lambda i: jax.lax.axis_index(names[i])),
+            out_type=out_type, grid=grid, grid_names=names)
+    return make
+
+
+def _chunks(row_length, chunk):
+    """Calls fn(start) for every chunk of a row, unrolled where the row is held."""
+    count = row_length // chunk
+
+    def each(fn, carry):
+        if count <= _HELD_CHUNKS:
+            for k in range(count):
+                carry = fn(k * chunk, carry)
+            return carry
+        return jax.lax.fori_loop(0, count, lambda k, c: fn(k * chunk, c), carry)
+    return each
+
+
+def forward(x, weight, *, eps, on_cpu):
+    """(y, inv_rms), as the forward primitive returns them."""
+    leading = leading_shape(x, weight)
+    rows = _concrete_rows(x, weight)
+    if rows == 0:
+        return (jnp.zeros(x.shape, weight.dtype),
+                jnp.zeros(leading, inv_rms_dtype(x.dtype)))
+    y, inv_rms = _forward_rows(x.reshape(rows, weight.size), weight.reshape(-1), eps,
+                               on_cpu=on_cpu)
+    return y.reshape(x.shape), inv_rms.reshape(leading)
+
+
+def backward(dy, inv_rms, x, weight, *, eps, on_cpu):
+    """(dx, dweight), as the backward primitive returns them."""
+    del eps  # inv_rms has it
+    rows = _concrete_rows(x, weight)
+    if rows == 0:
+        return jnp.zeros(x.shape, x.dtype), jnp.zeros(weight.shape, weight.dtype)
+    dx, dweight = _backward_rows(
+        dy.reshape(rows, -1), inv_rms.reshape(rows), x.reshape(rows, -1),
+        weight.reshape(-1), on_cpu=on_cpu)
+    return dx.reshape(x.shape), dweight.reshape(weight.shape)
+
+
+def _concrete_rows(x, weight):
+    """The number of rows, which a kernel's grid needs as a number."""
+    rows = leading_shape(x, weight)
+    if not all(isinstance(size, int) for size in rows):
+        raise NotImplementedError(
+            f"rms_norm: implementation='pallas' needs concrete shapes (a Pallas "
+            f"kernel's grid is its number of rows), got the symbolic leading "
+            f"shape {rows}; export with implementation='primitives'")
+    return math.prod(rows)
+
+
+def _layout(x, other_dtype):
+    """How the kernels walk x of shape (rows, length) beside an array of `other_dtype`.
+
+    Returns rows, length, the padded length, the chunk length, the loop over
+    a row's chunks, whether a row is held in registers, and the dtype sums
+    are kept in.
+    """
+    rows, length = x.shape
+    padded = -(-length // _LANES) * _LANES
+    chunk = _chunk_length(padded, jnp.promote_types(x.dtype, other_dtype))
+    held = padded // chunk <= _HELD_CHUNKS
+    return (rows, length, padded, chunk, _chunks(padded, chunk), held,
+            inv_rms_dtype(x.dtype))
+
+
+def _forward_rows(x, weight, eps, *, on_cpu):
+    """(y, inv_rms) for x of shape (rows, row_length) and weight (row_length,)."""
+    rows, length, padded, chunk, each_chunk, held, accumulator = _layout(x, weight.dtype)
+
+    @_kernel((_result(x, (rows, padded), weight.dtype), _result(x, (rows,), accumulator)),
+             (rows,), on_cpu)
+    def kernel(block, x_ref, w_ref, y_ref, inv_ref):
+        row = block(0)
+
+        def load(start):
+            return x_ref[row, pl.ds(start, chunk)].astype(accumulator)
+
+        def add_squares(start, carry):
+            total, kept = carry
+            values = load(start)
+            return total + jnp.sum(values * values), kept + ((values,) if held else ())
+
+        total, kept = each_chunk(add_squares, (jnp.zeros((), accumulator), ()))
+        inv_rms = jax.lax.rsqrt(total / length + eps)
+
+        def store(start, index):
+            values = kept[index] if held else load(start)
+            w = w_ref[pl.ds(start, chunk)].astype(accumulator)
+            y_ref[row, pl.ds(start, chunk)] = (w * (values * inv_rms)).astype(y_ref.dtype)
+            return index + 1
+
+        each_chunk(store, 0)
+        inv_ref[row] = inv_rms
+
+    y, inv_rms = kernel(_padded(x, padded), _padded(weight, padded))
+    return y[:, :length], inv_rms
+
+
+def _backward_rows(dy, inv_rms, x, weight, *, on_cpu):
+    """(dx, dweight) for dy and x of shape (rows, row_length), weight (row_length,)."""
+    rows, length, padded, chunk, each_chunk, held, accumulator = _layout(x, dy.dtype)
+    dy, x, weight = (_padded(a, padded) for a in (dy, x, weight))
+
+    @_kernel(_result(x, (rows, padded), x.dtype), (rows,), on_cpu)
+    def dx_kernel(block, dy_ref, inv_ref, x_ref, w_ref, dx_ref):
+        row = block(0)
+
+        def load(start):
+            part = pl.ds(start, chunk)
+            return (x_ref[row, part].astype(accumulator),
+                    dy_ref[row, part].astype(accumulator) * w_ref[part].astype(accumulator))
+
+        def add_products(start, carry):
+            total, kept = carry
+            values, dyw = load(start)
+            return total + jnp.sum(dyw * values), kept + (((values, dyw),) if held else ())
+
+        total, kept = each_chunk(add_products, (jnp.zeros((), accumulator), ()))
+        inv = inv_ref[row]
+        scale = inv * inv * (total / length)
+
+        def store(start, index):
+            values, dyw = kept[index] if held else load(start)
+            dx_ref[row, pl.ds(start, chunk)] = (inv * (dyw - values * scale)).astype(dx_ref.dtype)
+            return index + 1
+
+        each_chunk(store, 0)
+
+    shares = min(rows, _ROW_SHARES)
+
+    @_kernel(_result(x, (shares, padded), accumulator),
+             (padded // chunk, shares), on_cpu)
+    def dweight_kernel(block, dy_ref, inv_ref, x_ref, partial_ref):
+        part = pl.ds(block(0) * chunk, chunk)
+        share = block(1)
+
+        # A share is thousands of rows for large inputs: a plain running sum
+        # of them loses accuracy as it grows, so the sum is compensated
+        # (Kahan): `lost` carries what each addition rounded away.
+        def add_row(i, carry):
+            total, lost = carry
+            row = share + i * shares
+            dy_x = dy_ref[row, part].astype(accumulator) * x_ref[row, part].astype(accumulator)
+            term = dy_x * inv_ref[row] - lost
+            new_total = total + term
+            return new_total, (new_total - total) - term
+
+        zeros = jnp.zeros((chunk,), accumulator)
+        partial_ref[share, part], _ = jax.lax.fori_loop(
+            0, (rows - share + shares - 1) // shares, add_row, (zeros, zeros))
+
+    dx = dx_kernel(dy, inv_rms, x, weight)
+    dweight = dweight_kernel(dy, inv_rms, x).sum(axis=0)
+    return dx[:, :length], dweight[:length].astype(weight.dtype)

@@ -1,0 +1,46 @@
+"""The Pallas kernels: what they lower to on CUDA, and a row read twice.
+
+Their results are checked by every contract test (conftest.py runs those
+once per implementation); here, what is particular to them.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gpu_ops
+
+
+def _pallas(x, weight):
+    return gpu_ops.rms_norm(x, weight, implementation="pallas")
+
+
+def _loss_and_grads(x, weight):
+    return jax.value_and_grad(lambda x, w: jnp.sum(_pallas(x, w) ** 2), argnums=(0, 1))(x, weight)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,dtype", [
+    ((4, 1024), (1024,), jnp.bfloat16),  # held in registers
+    ((3, 7), (7,), jnp.float32),  # padded to 128
+    ((2, 3, 20000), (20000,), jnp.float16),  # padded, and read twice
+    ((5, 16, 64), (16, 64), jnp.float32),  # several normalised axes
+], ids=str)
+def test_on_cuda_the_kernels_are_mosaic_gpu_calls(x_shape, w_shape, dtype):
+    # Lowering for CUDA runs Mosaic GPU's own lowering of the kernels in
+    # Python, so a kernel it cannot compile fails here on a CPU-only machine.
+    types = (jax.ShapeDtypeStruct(x_shape, dtype), jax.ShapeDtypeStruct(w_shape, dtype))
+    exported = jax.export.export(jax.jit(_loss_and_grads), platforms=["cuda"])(*types)
+    calls = [line for line in exported.mlir_module().splitlines() if "custom_call @" in line]
+    assert len(calls) == 3, calls  # forward, backward's dx, backward's dweight
+    assert all("@mosaic_gpu" in call for call in calls), calls
+
+
+def test_interpreted_and_primitives_agree_on_a_row_read_twice():
+    x = jax.random.normal(jax.random.key(0), (3, 9000), jnp.float32)
+    weight = jnp.linspace(0.5, 1.5, 9000, dtype=jnp.float32)
+    for got, want in zip(jax.tree.leaves(jax.jit(_loss_and_grads)(x, weight)),
+                         jax.tree.leaves(jax.jit(jax.value_and_grad(
+                             lambda x, w: jnp.sum(gpu_ops.rms_norm(x, w) ** 2),
+                             argnums=(0, 1)))(x, weight))):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
