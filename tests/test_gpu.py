@@ -38,6 +38,7 @@ def check_random_op(shape, dtype, seed):
     reference.check_op(gpu_ops.rms_norm, *random_inputs(shape, dtype, seed))
 
 
+@pytest.mark.ffi_lowering
 def test_cuda_kernels_are_used():
     assert gpu_ops.CUDA_COMPILED
     x, w = jnp.ones((4, 8)), jnp.ones(8)
