@@ -9,6 +9,7 @@ from gpu_ops.autodiff import rms_norm_vjp
 from gpu_ops.sharding import over_explicit_axes, vary_alike
 from gpu_ops.validation import check_implementation, check_rms_norm_args
 
+
 def _with_pallas_kernels(x, weight, eps):
     return rms_norm_vjp(x, weight, eps, "pallas")
 
@@ -35,7 +36,7 @@ def rms_norm(x, weight, eps=1e-5, *, implementation="primitives"):
         or "hijax" (one ``jax.experimental.hijax`` class), which call the
         same C++ and CUDA kernels; or "pallas", the explicit primitives with
         kernels written in Pallas (Mosaic GPU on NVIDIA GPUs of sm_90 or
-        newer, Pallas' GPU interpret mode on CPUs).
+        newer, Pallas' interpret mode on CPUs).
 
     Returns:
       An array of ``x``'s shape and ``weight``'s dtype. Works under ``jit``,

@@ -64,7 +64,6 @@ BACKWARD_RULES = {
 }
 
 
-
 def _on_plain_types(rule):
     """`rule`, traced with types that hold only shapes and dtypes.
 
@@ -87,7 +86,6 @@ def _by_kernels(ffi_rule, pallas_function, platform):
     """The rule for the primitive's `kernels`: the FFI call's, or the Pallas kernels'."""
     pallas_rule = _on_plain_types(mlir.lower_fun(
         partial(pallas_function, on_cpu=platform == "cpu"), multiple_results=True))
-
     rules = {"ffi": ffi_rule, "pallas": pallas_rule}
 
     def lowering(ctx, *operands, eps, kernels="ffi"):
