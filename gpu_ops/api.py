@@ -7,10 +7,11 @@ import jax.numpy as jnp
 from gpu_ops import batching, hijax_route, lowering, sharding  # noqa: F401
 from gpu_ops.autodiff import rms_norm_vjp
 from gpu_ops.sharding import over_explicit_axes, vary_alike
-from gpu_ops.validation import check_implementation, check_rms_norm_args
+from gpu_ops.validation import check_implementation, check_pallas_gpus, check_rms_norm_args
 
 
 def _with_pallas_kernels(x, weight, eps):
+    check_pallas_gpus()
     return rms_norm_vjp(x, weight, eps, "pallas")
 
 

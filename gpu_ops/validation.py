@@ -3,6 +3,7 @@
 import math
 import numbers
 
+import jax
 import jax.numpy as jnp
 
 SUPPORTED_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
@@ -41,6 +42,19 @@ def check_rms_norm_args(x, weight, eps):
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"rms_norm: eps must be a finite number >= 0, got {shown}")
     return value
+
+
+def check_pallas_gpus():
+    """Raise NotImplementedError where a local GPU is older than Mosaic GPU's sm_90."""
+    if jax.default_backend() != "gpu":
+        return
+    for device in jax.local_devices():
+        capability = getattr(device, "compute_capability", None)
+        if capability is not None and float(capability) < 9.0:
+            raise NotImplementedError(
+                f"rms_norm: implementation='pallas' compiles its kernels with Mosaic "
+                f"GPU, which needs sm_90 or newer; {device.device_kind} is "
+                f"sm_{capability.replace('.', '')}: use implementation='primitives'")
 
 
 def check_implementation(implementation, known):

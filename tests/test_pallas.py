@@ -1,4 +1,5 @@
-"""The Pallas kernels: what they lower to on CUDA, and a row read twice.
+"""The Pallas kernels: what they lower to on CUDA, a row read twice, and GPUs
+too old for them.
 
 Their results are checked by every contract test (conftest.py runs those
 once per implementation); here, what is particular to them.
@@ -44,3 +45,17 @@ def test_interpreted_and_primitives_agree_on_a_row_read_twice():
                              lambda x, w: jnp.sum(gpu_ops.rms_norm(x, w) ** 2),
                              argnums=(0, 1)))(x, weight))):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+
+
+class _Ampere:
+    device_kind = "NVIDIA A100-SXM4-80GB"
+    compute_capability = "8.0"
+
+
+def test_a_gpu_older_than_sm_90_gets_a_clear_error(monkeypatch):
+    # Mosaic GPU would fail to compile the kernels, with an error about its
+    # own instructions rather than the GPU.
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "local_devices", lambda: [_Ampere()])
+    with pytest.raises(NotImplementedError, match="sm_90 or newer; .*A100.* is sm_80"):
+        _pallas(jnp.ones((2, 128)), jnp.ones(128))
