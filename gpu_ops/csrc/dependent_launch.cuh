@@ -23,8 +23,9 @@
 
 #include "cuda_common.cuh"
 
+// Everything here is inline or a template: each file that includes this
+// header may use it, and the linker keeps one copy.
 namespace gpu_ops {
-namespace {  // each file that includes this compiles its own copy
 
 // Looks `compute` up in a cache shared by all threads, computing it on the
 // first call for `key`. Launch queries do not change while the process
@@ -39,7 +40,7 @@ int64_t Cached(const Key& key, Compute compute) {
   return found->second;
 }
 
-int CurrentDevice() {
+inline int CurrentDevice() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) cudaGetLastError();
   return device;
@@ -104,7 +105,6 @@ ffi::Error LaunchDependent(cudaStream_t stream, unsigned grid, dim3 block,
   return CudaStatus(cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 
-}  // namespace
 }  // namespace gpu_ops
 
 #endif  // GPU_OPS_DEPENDENT_LAUNCH_CUH_

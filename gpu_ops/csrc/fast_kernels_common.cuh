@@ -24,8 +24,9 @@
 #include "dtype_dispatch.h"
 #include "rms_norm_checks.h"
 
+// Everything here is inline or a template: each file that includes this
+// header may use it, and the linker keeps one copy.
 namespace gpu_ops {
-namespace {  // each file that includes this compiles its own copy
 
 namespace cg = cooperative_groups;
 
@@ -87,7 +88,7 @@ struct Place {
 // Where this thread's vectors lie: a block of shape.teams teams of
 // shape.team threads, each team spread over the shape.cluster blocks of a
 // cluster.
-__device__ Place ThreadPlace(const Shape& s) {
+__device__ inline Place ThreadPlace(const Shape& s) {
   const int lane_in_team = threadIdx.x % s.team;
   const int rank = blockIdx.x % s.cluster;
   return {static_cast<int>(threadIdx.x / s.team), rank,
@@ -157,8 +158,8 @@ __device__ void StartClusterSums(TeamSumSlots& slots) {
 // block's barrier; each block waits for its own barrier, then adds up what
 // landed. A cluster barrier would cost a memory fence at GPU scope (it waits
 // for this thread's outstanding stores to global memory) in every call.
-__device__ float ClusterSum(float block_total, int cluster, int rank,
-                            TeamSumSlots& slots, unsigned call) {
+__device__ inline float ClusterSum(float block_total, int cluster, int rank,
+                                   TeamSumSlots& slots, unsigned call) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int half = call % 2;
   const uint32_t landed = SharedAddress(&slots.landed[half]);
@@ -459,9 +460,9 @@ ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
 
 // Launch settings for `blocks` blocks (or clusters of blocks) of `shape`
 // with `shared_bytes` of dynamic shared memory.
-cudaLaunchConfig_t LaunchConfig(const Shape& shape, int64_t blocks,
-                                int shared_bytes, cudaStream_t stream,
-                                cudaLaunchAttribute* cluster_dims) {
+inline cudaLaunchConfig_t LaunchConfig(const Shape& shape, int64_t blocks,
+                                       int shared_bytes, cudaStream_t stream,
+                                       cudaLaunchAttribute* cluster_dims) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks * shape.cluster));
   config.blockDim = dim3(static_cast<unsigned>(shape.teams * shape.team));
@@ -549,7 +550,7 @@ std::optional<ffi::Error> Launch(cudaStream_t stream, Kernel kernel,
   return CudaStatus(cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 
-bool Aligned16(const void* p) {
+inline bool Aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
@@ -578,7 +579,6 @@ std::optional<ffi::Error> DispatchFastType(ffi::DataType dtype, Fn&& fn) {
   }
 }
 
-}  // namespace
 }  // namespace gpu_ops
 
 #endif  // GPU_OPS_FAST_KERNELS_COMMON_CUH_
