@@ -29,6 +29,7 @@ nothing to a sum of squares, and the padding is cut off the results.
 
 import functools
 import math
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -81,17 +82,55 @@ def _kernel(out_type, grid, on_cpu):
     return make
 
 
-def _chunks(row_length, chunk):
-    """Calls fn(start) for every chunk of a row, unrolled where the row is held."""
-    count = row_length // chunk
+class _Layout(typing.NamedTuple):
+    """How the kernels walk x of shape (rows, length)."""
+    rows: int
+    length: int
+    padded: int  # length, padded to a multiple of _LANES
+    chunk: int  # values of a row loaded at once
+    accumulator: typing.Any  # the dtype sums are kept in
 
-    def each(fn, carry):
-        if count <= _HELD_CHUNKS:
-            for k in range(count):
-                carry = fn(k * chunk, carry)
+    @property
+    def chunks(self):
+        return self.padded // self.chunk
+
+    def part(self, k):
+        """Chunk k of a row, as an index."""
+        return pl.ds(k * self.chunk, self.chunk)
+
+    def sum_then_write(self, load, term, write_with):
+        """Two passes over a row's chunks.
+
+        The first adds up term(load(k)) over the chunks k; then, with
+        write = write_with(total), the second calls write(k, load(k)) for
+        every chunk. A row of at most _HELD_CHUNKS chunks is loaded once and
+        stays in registers between the passes (the loops are unrolled); a
+        longer one is loaded again.
+        """
+        held = self.chunks <= _HELD_CHUNKS
+
+        def add(k, carry):
+            total, kept = carry
+            values = load(k)
+            return total + term(values), kept + ((values,) if held else ())
+
+        def put(k, carry):
+            write(k, kept[k] if held else load(k))
             return carry
-        return jax.lax.fori_loop(0, count, lambda k, c: fn(k * chunk, c), carry)
-    return each
+
+        first = (jnp.zeros((), self.accumulator), ())
+        if held:
+            carry = first
+            for k in range(self.chunks):
+                carry = add(k, carry)
+            total, kept = carry
+            write = write_with(total)
+            for k in range(self.chunks):
+                put(k, ())
+        else:
+            total, kept = jax.lax.fori_loop(0, self.chunks, add, first)
+            write = write_with(total)
+            jax.lax.fori_loop(0, self.chunks, put, ())
 
 
 def forward(x, weight, *, eps, on_cpu):
@@ -130,48 +169,34 @@ def _concrete_rows(x, weight):
 
 
 def _layout(x, other_dtype):
-    """How the kernels walk x of shape (rows, length) beside an array of `other_dtype`.
-
-    Returns rows, length, the padded length, the chunk length, the loop over
-    a row's chunks, whether a row is held in registers, and the dtype sums
-    are kept in.
-    """
+    """The _Layout of x, of shape (rows, length), beside an array of `other_dtype`."""
     rows, length = x.shape
     padded = -(-length // _LANES) * _LANES
     chunk = _chunk_length(padded, jnp.promote_types(x.dtype, other_dtype))
-    held = padded // chunk <= _HELD_CHUNKS
-    return (rows, length, padded, chunk, _chunks(padded, chunk), held,
-            inv_rms_dtype(x.dtype))
+    return _Layout(rows, length, padded, chunk, inv_rms_dtype(x.dtype))
 
 
 def _forward_rows(x, weight, eps, *, on_cpu):
     """(y, inv_rms) for x of shape (rows, row_length) and weight (row_length,)."""
-    rows, length, padded, chunk, each_chunk, held, accumulator = _layout(x, weight.dtype)
+    rows, length, padded, _, accumulator = layout = _layout(x, weight.dtype)
 
     @_kernel((_result(x, (rows, padded), weight.dtype), _result(x, (rows,), accumulator)),
              (rows,), on_cpu)
     def kernel(block, x_ref, w_ref, y_ref, inv_ref):
         row = block(0)
 
-        def load(start):
-            return x_ref[row, pl.ds(start, chunk)].astype(accumulator)
+        def write_with(total):
+            inv_rms = jax.lax.rsqrt(total / length + eps)
+            inv_ref[row] = inv_rms
 
-        def add_squares(start, carry):
-            total, kept = carry
-            values = load(start)
-            return total + jnp.sum(values * values), kept + ((values,) if held else ())
+            def write(k, values):
+                w = w_ref[layout.part(k)].astype(accumulator)
+                y_ref[row, layout.part(k)] = (w * (values * inv_rms)).astype(y_ref.dtype)
+            return write
 
-        total, kept = each_chunk(add_squares, (jnp.zeros((), accumulator), ()))
-        inv_rms = jax.lax.rsqrt(total / length + eps)
-
-        def store(start, index):
-            values = kept[index] if held else load(start)
-            w = w_ref[pl.ds(start, chunk)].astype(accumulator)
-            y_ref[row, pl.ds(start, chunk)] = (w * (values * inv_rms)).astype(y_ref.dtype)
-            return index + 1
-
-        each_chunk(store, 0)
-        inv_ref[row] = inv_rms
+        layout.sum_then_write(
+            lambda k: x_ref[row, layout.part(k)].astype(accumulator),
+            lambda values: jnp.sum(values * values), write_with)
 
     y, inv_rms = kernel(_padded(x, padded), _padded(weight, padded))
     return y[:, :length], inv_rms
@@ -179,40 +204,35 @@ def _forward_rows(x, weight, eps, *, on_cpu):
 
 def _backward_rows(dy, inv_rms, x, weight, *, on_cpu):
     """(dx, dweight) for dy and x of shape (rows, row_length), weight (row_length,)."""
-    rows, length, padded, chunk, each_chunk, held, accumulator = _layout(x, dy.dtype)
+    rows, length, padded, chunk, accumulator = layout = _layout(x, dy.dtype)
     dy, x, weight = (_padded(a, padded) for a in (dy, x, weight))
 
     @_kernel(_result(x, (rows, padded), x.dtype), (rows,), on_cpu)
     def dx_kernel(block, dy_ref, inv_ref, x_ref, w_ref, dx_ref):
         row = block(0)
 
-        def load(start):
-            part = pl.ds(start, chunk)
+        def load(k):  # x, and dy * weight
+            part = layout.part(k)
             return (x_ref[row, part].astype(accumulator),
                     dy_ref[row, part].astype(accumulator) * w_ref[part].astype(accumulator))
 
-        def add_products(start, carry):
-            total, kept = carry
-            values, dyw = load(start)
-            return total + jnp.sum(dyw * values), kept + (((values, dyw),) if held else ())
+        def write_with(total):
+            inv = inv_ref[row]
+            scale = inv * inv * (total / length)
 
-        total, kept = each_chunk(add_products, (jnp.zeros((), accumulator), ()))
-        inv = inv_ref[row]
-        scale = inv * inv * (total / length)
+            def write(k, values):
+                x_values, dyw = values
+                dx_ref[row, layout.part(k)] = (inv * (dyw - x_values * scale)).astype(dx_ref.dtype)
+            return write
 
-        def store(start, index):
-            values, dyw = kept[index] if held else load(start)
-            dx_ref[row, pl.ds(start, chunk)] = (inv * (dyw - values * scale)).astype(dx_ref.dtype)
-            return index + 1
-
-        each_chunk(store, 0)
+        layout.sum_then_write(load, lambda values: jnp.sum(values[0] * values[1]), write_with)
 
     shares = min(rows, _ROW_SHARES)
 
     @_kernel(_result(x, (shares, padded), accumulator),
              (padded // chunk, shares), on_cpu)
     def dweight_kernel(block, dy_ref, inv_ref, x_ref, partial_ref):
-        part = pl.ds(block(0) * chunk, chunk)
+        part = layout.part(block(0))
         share = block(1)
 
         # A share is thousands of rows for large inputs: a plain running sum
