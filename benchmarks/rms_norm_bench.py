@@ -4,8 +4,9 @@
                                         [--rows N ...] [--dtype NAME ...] [--impl NAME ...]
 
 Each case is timed on one device, in one run, for each implementation:
-gpu_ops' default (fast) kernels, the seed's apex-derived kernels (on a GPU)
-and XLA's fused jax.numpy version; forward alone ("fwd") and forward +
+gpu_ops' default (fast) kernels, and on a GPU the seed's apex-derived
+kernels and gpu_ops' Pallas kernels (implementation="pallas"), and XLA's
+fused jax.numpy version; forward alone ("fwd") and forward +
 backward through jax.vjp with a random cotangent ("fwd_bwd"). The cotangent
 reaches the backward through an optimisation barrier together with the
 forward's output: in a network it exists only once y does.
@@ -31,6 +32,7 @@ show the method, not the kernels' speed.
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
@@ -86,9 +88,11 @@ def plan(nbytes, copy_gbps, calls):
 
 def implementations(on_gpu):
     impls = {"gpu_ops": gpu_ops.rms_norm, "xla": xla_rms_norm}
-    if on_gpu:  # the seed's kernels exist for CUDA only
+    if on_gpu:  # the seed's kernels exist for CUDA only, and Pallas' are
+        # interpreted elsewhere
         from gpu_ops.apex_seed import rms_norm_apex_seed
         impls["apex_seed"] = rms_norm_apex_seed
+        impls["pallas"] = functools.partial(gpu_ops.rms_norm, implementation="pallas")
     return impls
 
 
@@ -272,7 +276,7 @@ def main(argv=None):
                         help="only the cases of these numbers of rows")
     parser.add_argument("--dtype", nargs="+", choices=["bfloat16", "float32"],
                         help="only the cases of these dtypes")
-    parser.add_argument("--impl", nargs="+", choices=["gpu_ops", "apex_seed", "xla"],
+    parser.add_argument("--impl", nargs="+", choices=["gpu_ops", "apex_seed", "pallas", "xla"],
                         help="only these implementations (a partial run, not a results file)")
     args = parser.parse_args(argv)
     if args.impl and not args.out:

@@ -42,7 +42,8 @@ def test_a_device_file_is_one_whole_run_of_every_case(path):
     assert len(timed) == len(records)  # no case twice
     expected = {(op, impl, dtype, rows, row_len)
                 for dtype, rows, row_len in bench.GPU_CASES
-                for op in ("fwd", "fwd_bwd") for impl in ("gpu_ops", "apex_seed", "xla")}
+                for op in ("fwd", "fwd_bwd")
+                for impl in ("gpu_ops", "apex_seed", "pallas", "xla")}
     assert timed == expected
 
 
