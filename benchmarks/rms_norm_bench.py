@@ -2,6 +2,7 @@
 
     python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N] [--row-len N ...]
                                         [--rows N ...] [--dtype NAME ...] [--impl NAME ...]
+                                        [--resume]
 
 Each case is timed on one device, in one run, for each implementation:
 gpu_ops' default (fast) kernels, and on a GPU the seed's apex-derived
@@ -185,11 +186,28 @@ def op_functions(impl):
     return {"fwd": (jax.jit(fwd), fwd_step), "fwd_bwd": (jax.jit(fwd_bwd), fwd_bwd_step)}
 
 
-def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None):
+def finished_cases(records, impls):
+    """The records of `records` whose case every op of every impl has timed.
+
+    A run cut off in a case leaves part of it; resuming measures that case
+    again, whole, so each case's implementations are timed side by side.
+    """
+    def case(r):
+        return r["dtype"], r["rows"], r["row_len"]
+    timed = {}
+    for r in records:
+        timed.setdefault(case(r), set()).add((r["op"], r["impl"]))
+    whole = {c for c, ops in timed.items()
+             if ops == {(op, impl) for op in ("fwd", "fwd_bwd") for impl in impls}}
+    return [r for r in records if case(r) in whole]
+
+
+def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=()):
     """Measure every case; rewrite `out` after each one, so a cut-off run keeps its data.
 
     timed_impls: the implementations to time (default: all); XLA's results
-    are the reference of the checks either way.
+    are the reference of the checks either way. done: the records of cases
+    already measured (a resumed run), kept in `out` and not measured again.
     """
     device = jax.devices()[0]
     common = {
@@ -200,8 +218,11 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None):
     }
     bandwidth = copy_gbps(copy_bytes, calls, repeats)
     print(f"{device.device_kind}: copy bandwidth {bandwidth:.0f} GB/s", flush=True)
-    records = []
+    records = list(done)
+    measured = {(r["dtype"], r["rows"], r["row_len"]) for r in records}
     for dtype, rows, row_len in cases:
+        if (dtype, rows, row_len) in measured:
+            continue
         kx, kw, kd = jax.random.split(jax.random.key(0), 3)
         x = jax.random.normal(kx, (rows, row_len), jnp.float32).astype(dtype)
         weight = (1 + 0.1 * jax.random.normal(kw, (row_len,), jnp.float32)).astype(dtype)
@@ -278,6 +299,9 @@ def main(argv=None):
                         help="only the cases of these dtypes")
     parser.add_argument("--impl", nargs="+", choices=["gpu_ops", "apex_seed", "pallas", "xla"],
                         help="only these implementations (a partial run, not a results file)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the whole cases already in the output file and measure the "
+                             "rest (a full run can outlast one call to a GPU machine)")
     args = parser.parse_args(argv)
     if args.impl and not args.out:
         parser.error("--impl times part of the implementations: give --out, so the results file stays whole")
@@ -290,7 +314,12 @@ def main(argv=None):
             cases = [case for case in cases if case[index] in wanted]
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
     out = args.out or (RESULTS / f"{device_slug(jax.devices()[0].device_kind)}.json")
-    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl)
+    done = []
+    if args.resume and out.exists():
+        impls = args.impl or list(implementations(on_gpu))
+        done = finished_cases(json.loads(out.read_text()), impls)
+        print(f"resuming: {len(done)} records of whole cases kept from {out}")
+    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl, done)
     print(f"wrote {len(records)} records to {out}")
 
 

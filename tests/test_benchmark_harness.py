@@ -44,6 +44,27 @@ def test_harness_runs_only_the_cases_and_implementations_asked_for(tmp_path):
     assert {r["impl"] for r in records} == {"gpu_ops"}
 
 
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
+def test_a_resumed_run_keeps_whole_cases_and_measures_a_cut_one_again(tmp_path):
+    bench = _load("rms_norm_bench")
+    out = tmp_path / "results.json"
+    args = ["--out", str(out), "--repeats", "1", "--calls", "1"]
+    bench.main(args)
+    whole = json.loads(out.read_text())
+    first_case = [r for r in whole if r["row_len"] == whole[0]["row_len"]
+                  and r["dtype"] == whole[0]["dtype"] and r["rows"] == whole[0]["rows"]]
+    # cut off in case two, whose one record is marked to see it is not kept
+    cut = first_case + [{**whole[len(first_case)], "median_us": -1.0}]
+    out.write_text(json.dumps(cut))
+    bench.main([*args, "--resume"])
+    resumed = json.loads(out.read_text())
+    assert resumed[:len(first_case)] == first_case  # kept, not measured again
+    timed = [(r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]) for r in resumed]
+    assert sorted(timed) == sorted((r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"])
+                                   for r in whole)
+    assert all(r["median_us"] > 0 for r in resumed)  # the cut case is timed again, whole
+
+
 def test_harness_writes_a_partial_run_only_where_told(capsys):
     """--impl without --out would overwrite the device's results file with part of a run."""
     bench = _load("rms_norm_bench")
