@@ -11,7 +11,8 @@ pieces the book builds chapter by chapter:
 - ``higher_order``: derivatives of the gradient (JVP rules in jnp);
 - ``batching``: the vmap rules;
 - ``sharding``: custom partitioning across devices;
-- ``validation``: clear errors for bad input.
+- ``validation``: clear errors for bad input;
+- ``kernel_plans``: which CUDA kernels a call runs, on this or a described GPU.
 """
 
 from gpu_ops.api import rms_norm

@@ -18,6 +18,7 @@ import pytest
 
 import gpu_ops
 import reference
+from gpu_ops.kernel_plans import kernel_plan
 from reference import assert_close
 
 pytestmark = pytest.mark.gpu
@@ -92,23 +93,60 @@ def test_more_than_two_to_the_31_elements():
                                rtol=2e-2, atol=2e-2 * float(jnp.abs(expected).max()))
 
 
-# Shapes that take each launch shape of the fast kernels (67 rows are few:
-# a block per row, a thread per 16-byte vector, for rows of up to 512
-# vectors; then one block per row, a cluster of blocks per row, a row split
-# over many blocks, with a last chunk cut short at 131,080) and the rows they do not
-# cover (row length not a whole number of 16-byte vectors, mixed dtypes,
-# float64), which fall back to the seed's kernels.
-KERNEL_PATH_CASES = [
-    (dtype, row_length)
-    for dtype in (jnp.bfloat16, jnp.float16, jnp.float32)
-    for row_length in (8, 1_024, 8_192, 16_384, 131_080, 262_144)
-] + [(jnp.bfloat16, 1_000), (jnp.float32, 6), (jnp.float64, 1_024)]
+# Shapes that together take every kernel path of the planner
+# (gpu_ops/csrc/rms_norm_plan.h) in each direction, on a GPU with clusters and
+# without: 67 rows are few (a block per row, a thread per 16-byte vector),
+# 4,099 are not; 16-bit rows of 16,384 take a 1024-thread block each; rows
+# of 65,536 take a cluster; the seed's 32 x 262,144 fits the whole GPU at once
+# (the grid kernels), as do 3 rows of 131,080, whose last chunk is cut short
+# and whose forward on Hopper holds a row in a cluster's shared memory;
+# float32 rows of 262,144 are split over many blocks; and rows the fast
+# kernels do not cover (not whole 16-byte vectors, float64) take the seed's.
+PATH_CASES = [((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
+              ((1_001, 16_384), jnp.bfloat16), ((67, 65_536), jnp.bfloat16),
+              ((32, 262_144), jnp.bfloat16), ((3, 131_080), jnp.bfloat16),
+              ((67, 131_080), jnp.bfloat16), ((67, 262_144), jnp.float32),
+              ((67, 6), jnp.float32), ((67, 1_024), jnp.float64)]
+WITHOUT_CLUSTERS = "GPU_OPS_PLAN_WITHOUT_CLUSTERS"
 
 
-@pytest.mark.parametrize("dtype,row_length", KERNEL_PATH_CASES)
-def test_every_kernel_path(dtype, row_length):
-    # 67 rows: no multiple of any team or segment count
-    check_random_op((67, row_length), dtype, seed=3)
+def clusters_planned():
+    """Whether the handlers plan with clusters here (rms_norm_cuda.cu)."""
+    return (float(jax.devices()[0].compute_capability) >= 9
+            and os.environ.get(WITHOUT_CLUSTERS) != "1")
+
+
+@pytest.mark.parametrize("shape,dtype", PATH_CASES)
+def test_kernel_path(shape, dtype):
+    check_random_op(shape, dtype, seed=3)
+
+
+def test_the_path_cases_take_every_path():
+    taken = {direction: {kernel_plan(direction, shape, dtype)["path"]
+                         for shape, dtype in PATH_CASES}
+             for direction in ("forward", "backward")}
+    forward = {"few_rows", "rows_per_block", "row_per_block", "row_teams", "grid_rows",
+               "shared_row", "split_rows", "apex_seed"}
+    if not clusters_planned():
+        forward.remove("shared_row")
+    assert taken == {"forward": forward,
+                     "backward": {"row_teams", "grid_rows", "split_rows", "apex_seed"}}
+    clusters = {kernel_plan(direction, shape, dtype)["cluster"]
+                for shape, dtype in PATH_CASES for direction in ("forward", "backward")}
+    assert (max(clusters) > 1) == clusters_planned()
+
+
+@pytest.mark.skipif(os.environ.get(WITHOUT_CLUSTERS) == "1", reason="already without clusters")
+def test_the_paths_of_a_gpu_without_clusters():
+    # The plans an A100 would get, run on this GPU: a fresh process, since
+    # XLA replays recorded calls without asking the handlers again.
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+         "-k", "test_kernel_path or test_the_path_cases"],
+        env={**os.environ, WITHOUT_CLUSTERS: "1"}, capture_output=True, text=True,
+        cwd=pathlib.Path(__file__).parent)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout and "skipped" not in result.stdout
 
 
 @pytest.mark.parametrize("shape", [(4_099, 1_024), (1_001, 4_096)])

@@ -1,5 +1,6 @@
 // Helpers shared by the CUDA kernels: conversions between the storage types
-// and the accumulation type, launch-size arithmetic and error reporting.
+// and the accumulation type, grid sizes and error reporting (the launch
+// shapes' arithmetic is the planner's: rms_norm_plan.h).
 #ifndef GPU_OPS_CUDA_COMMON_CUH_
 #define GPU_OPS_CUDA_COMMON_CUH_
 
@@ -11,13 +12,12 @@
 #include <cstdint>
 #include <string>
 
+#include "rms_norm_plan.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gpu_ops {
 
 namespace ffi = xla::ffi;
-
-constexpr int kWarpSize = 32;
 
 // Loading any storage type as the accumulation type A.
 template <typename A>
@@ -53,8 +53,6 @@ struct Storage<__nv_bfloat16> {
     return __double2bfloat16(v);
   }
 };
-
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 inline unsigned GridSize(int64_t blocks_wanted, int64_t cap) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks_wanted, 1, cap));

@@ -30,9 +30,6 @@ namespace gpu_ops {
 
 namespace cg = cooperative_groups;
 
-constexpr int kMaxThreads = 1024;
-constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;  // blocks in gridDim.x
-
 // 16 bytes of T, loaded and stored as one vector.
 template <typename T>
 struct alignas(16) Pack {
@@ -68,14 +65,6 @@ __device__ __forceinline__ float ElementOf(const Pack<T>& p, int e) {
   return ToAcc<float>(p.v[e]);
 }
 
-// How a row is spread over threads.
-struct Shape {
-  int cluster;  // blocks per row (1: no cluster)
-  int team;     // threads per row in one block, a multiple of 32
-  int teams;    // rows a block works on at once; blockDim.x = teams * team
-  int vectors;  // 16-byte vectors per thread
-};
-
 // Where this thread's vectors lie in a row: vector k of the thread is at
 // first + k * stride, so a warp's loads are contiguous.
 struct Place {
@@ -107,8 +96,6 @@ __device__ __forceinline__ float WarpSum(float v) {
   }
   return v;
 }
-
-constexpr int kMaxCluster = 8;  // Hopper's portable cluster limit
 
 // Shared memory for TeamSum. Alternate calls use alternate halves, so one
 // barrier per call suffices: a slot is rewritten two calls later, after
@@ -535,15 +522,16 @@ int64_t ResidentGroups(Kernel kernel, const Shape& shape, int shared_bytes) {
 }
 
 // Launches kernel<<<groups * shape.cluster, shape.teams * shape.team,
-// shared_bytes>>> in clusters of shape.cluster blocks. Returns nullopt if the
-// GPU cannot run such a block or cluster (the caller falls back to the
-// seed's kernels).
+// shared_bytes>>> in clusters of shape.cluster blocks (a plan's launch: the
+// planner has checked that the GPU runs such a block or cluster).
 template <typename Kernel, typename... Args>
-std::optional<ffi::Error> Launch(cudaStream_t stream, Kernel kernel,
-                                 const Shape& shape, int64_t groups,
-                                 int shared_bytes, const char* what,
-                                 Args... args) {
-  if (ResidentGroups(kernel, shape, shared_bytes) < 1) return std::nullopt;
+ffi::Error Launch(cudaStream_t stream, Kernel kernel, const Shape& shape,
+                  int64_t groups, int shared_bytes, const char* what,
+                  Args... args) {
+  if (!AllowSharedMemory(kernel, shared_bytes)) {
+    return ffi::Error::Internal(std::string("gpu_ops rms_norm: ") + what +
+                                ": the GPU has too little shared memory");
+  }
   cudaLaunchAttribute cluster_dims[1];
   const cudaLaunchConfig_t config =
       LaunchConfig(shape, groups, shared_bytes, stream, cluster_dims);
@@ -554,29 +542,43 @@ inline bool Aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// The fast kernels take x and weight of one 16- or 32-bit float dtype, whole
-// 16-byte vectors per row, and 16-byte aligned buffers.
+// Whether x, the weight and `buffers` share one of the fast kernels' dtypes
+// and start on 16-byte boundaries (the planner's Problem::fast_dtypes).
 template <typename... Buffers>
-bool Covered(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, RowGeometry g,
-             const Buffers&... buffers) {
+bool FastBuffers(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+                 const Buffers&... buffers) {
   const ffi::DataType t = x.element_type();
-  if (w.element_type() != t || t == ffi::DataType::F64) return false;
-  const int64_t per_vector = 16 / ffi::ByteWidth(t);
-  return g.row_length % per_vector == 0 &&
-         g.row_length / per_vector <= std::numeric_limits<int>::max() &&
-         Aligned16(x.untyped_data()) &&
+  const bool fast_type = t == ffi::DataType::F16 || t == ffi::DataType::BF16 ||
+                         t == ffi::DataType::F32;
+  return fast_type && w.element_type() == t && Aligned16(x.untyped_data()) &&
          Aligned16(w.untyped_data()) && (Aligned16(buffers.untyped_data()) && ...);
 }
 
-// Calls fn(TypeTag<T>{}) for the fast kernels' dtypes; nullopt for others.
+inline DType PlanDType(ffi::DataType t) {
+  return t == ffi::DataType::F32    ? DType::kFloat32
+         : t == ffi::DataType::BF16 ? DType::kBFloat16
+                                    : DType::kFloat16;
+}
+
+// Calls fn(TypeTag<T>{}) for the element type T of `dtype`.
 template <typename Fn>
-std::optional<ffi::Error> DispatchFastType(ffi::DataType dtype, Fn&& fn) {
+decltype(auto) DispatchFastType(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case ffi::DataType::F16: return fn(TypeTag<__half>{});
-    case ffi::DataType::BF16: return fn(TypeTag<__nv_bfloat16>{});
-    case ffi::DataType::F32: return fn(TypeTag<float>{});
-    default: return std::nullopt;
+    case DType::kFloat16: return fn(TypeTag<__half>{});
+    case DType::kBFloat16: return fn(TypeTag<__nv_bfloat16>{});
+    case DType::kFloat32: break;
   }
+  return fn(TypeTag<float>{});
+}
+
+// Calls fn(std::integral_constant<int, vectors>{}) for vectors a power of two
+// from 1 to kMax (a plan's vectors per thread, as a template argument).
+template <int kMax, typename Fn>
+decltype(auto) DispatchVectors(int vectors, Fn&& fn) {
+  if constexpr (kMax > 1) {
+    if (vectors < kMax) return DispatchVectors<kMax / 2>(vectors, std::forward<Fn>(fn));
+  }
+  return fn(std::integral_constant<int, kMax>{});
 }
 
 }  // namespace gpu_ops

@@ -3,9 +3,13 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "cuda_scratch.h"
+#include "described_gpu.h"
 #include "rms_norm_handlers.h"
+#include "rms_norm_plan.h"
 #include "xla/ffi/api/c_api.h"
 
 namespace py = pybind11;
@@ -36,6 +40,72 @@ py::dict Targets() {
   return targets;
 }
 
+// The operands of a call on (rows, row_length) x and weight of `dtype`, with
+// the scratch the lowering gives it (XLA's buffers are 16-byte aligned).
+gpu_ops::Problem CallProblem(int64_t rows, int64_t row_length,
+                             const std::string& dtype) {
+  gpu_ops::Problem problem{rows, row_length, true, gpu_ops::DType::kFloat32,
+                           gpu_ops::ChunkSumsLength(rows, row_length),
+                           gpu_ops::DweightPartialRows(rows, row_length)};
+  if (dtype == "float16") {
+    problem.dtype = gpu_ops::DType::kFloat16;
+  } else if (dtype == "bfloat16") {
+    problem.dtype = gpu_ops::DType::kBFloat16;
+  } else if (dtype != "float32") {
+    problem.fast_dtypes = false;  // the seed's kernels
+  }
+  return problem;
+}
+
+py::dict PlanDict(const gpu_ops::Plan& plan) {
+  py::dict d;
+  d["path"] = gpu_ops::PathName(plan.path);
+  d["cluster"] = plan.shape.cluster;
+  d["team"] = plan.shape.team;
+  d["teams"] = plan.shape.teams;
+  d["vectors"] = plan.shape.vectors;
+  d["groups"] = plan.groups;
+  d["shared_bytes"] = plan.shared_bytes;
+  d["columns"] = plan.columns;
+  d["chunks"] = plan.chunks;
+  d["segments"] = plan.segments;
+  d["rows_per_group"] = plan.rows_per_group;
+  return d;
+}
+
+py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
+              const std::string& dtype, py::object gpu) {
+  if (direction != "forward" && direction != "backward") {
+    throw std::invalid_argument("direction must be 'forward' or 'backward', got '" +
+                                direction + "'");
+  }
+  if (rows < 1 || row_length < 1) {
+    throw std::invalid_argument("rows and row_length must be positive");
+  }
+  const bool forward = direction == "forward";
+  const gpu_ops::Problem problem = CallProblem(rows, row_length, dtype);
+  if (gpu.is_none()) {
+#ifdef GPU_OPS_WITH_CUDA
+    return PlanDict(forward ? gpu_ops::PlanForwardOnCurrentGpu(problem)
+                            : gpu_ops::PlanBackwardOnCurrentGpu(problem));
+#else
+    throw std::invalid_argument(
+        "gpu=None asks the current GPU, and this build has no CUDA kernels");
+#endif
+  }
+  const gpu_ops::GpuNumbers numbers{
+      gpu.attr("sms").cast<int>(),
+      gpu.attr("clusters").cast<bool>(),
+      gpu.attr("threads_per_sm").cast<int>(),
+      gpu.attr("blocks_per_sm").cast<int>(),
+      gpu.attr("registers_per_sm").cast<int>(),
+      gpu.attr("shared_bytes_per_sm").cast<int>(),
+      gpu.attr("shared_bytes_per_block").cast<int>()};
+  const gpu_ops::DescribedGpu described(numbers);
+  return PlanDict(forward ? gpu_ops::PlanForward(problem, described)
+                          : gpu_ops::PlanBackward(problem, described));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -59,6 +129,10 @@ PYBIND11_MODULE(_native, m) {
   m.def("chunk_sums_per_row", &gpu_ops::ChunkSumsPerRow, py::arg("row_length"),
         "Floats a row takes in the CUDA calls' chunk-sums scratch vector (0 "
         "for rows the split-row kernels do not take).");
+  m.def("plan", &Plan, py::arg("direction"), py::arg("rows"),
+        py::arg("row_length"), py::arg("dtype"), py::arg("gpu"),
+        "The CUDA kernel plan of a call: on the current GPU (gpu=None), or on "
+        "a GPU described by gpu's numbers (gpu_ops.kernel_plans.GpuModel).");
   m.def("dweight_partial_rows", &gpu_ops::DweightPartialRows, py::arg("rows"),
         py::arg("row_length"),
         "Height of the CUDA backward's weight-gradient scratch matrix.");

@@ -1,23 +1,85 @@
 // The CUDA FFI handlers: validate the buffers, then launch the kernels.
 //
 // Two pairs of handlers share this code:
-// - RmsNormForwardCuda / RmsNormBackwardCuda (the default): the fast kernels
-//   where they apply, the seed's kernels for every other dtype pair and row
-//   length;
+// - RmsNormForwardCuda / RmsNormBackwardCuda (the default): the kernels the
+//   planner (rms_norm_plan.h) chooses for the operands and the GPU;
 // - RmsNormForwardCudaApexSeed / RmsNormBackwardCudaApexSeed: the seed's
 //   kernels only, kept selectable as the baseline the benchmarks compare with.
+//
+// GPU_OPS_PLAN_WITHOUT_CLUSTERS=1 in the environment makes the planner plan
+// as for a GPU without clusters (such as an A100), so that a Hopper GPU runs
+// and tests those paths too.
 #include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda_common.cuh"
 #include "cuda_scratch.h"
+#include "fast_kernels_common.cuh"
 #include "rms_norm_checks.h"
 #include "rms_norm_cuda_kernels.h"
 #include "rms_norm_handlers.h"
+#include "rms_norm_plan.h"
 
 namespace gpu_ops {
 namespace {
 
 enum class Kernels { kFast, kApexSeed };
+
+// The planner's questions, answered for the current GPU.
+class CurrentGpu final : public DeviceModel {
+ public:
+  bool Clusters() const override {
+    const char* without = std::getenv("GPU_OPS_PLAN_WITHOUT_CLUSTERS");
+    return RunsClusters() && !(without && std::strcmp(without, "1") == 0);
+  }
+  int64_t Resident(Kernel kernel, DType dtype, const Shape& shape,
+                   int shared_bytes) const override {
+    switch (kernel) {
+      case Kernel::kFewRowsForward:
+      case Kernel::kRowTeamsForward:
+      case Kernel::kRowTeamsBackward:
+        return RowTeamsResident(kernel, dtype, shape, shared_bytes);
+      case Kernel::kGridForward:
+      case Kernel::kGridBackward:
+        return GridRowsResident(kernel, dtype, shape, shared_bytes);
+      case Kernel::kSharedRowForward:
+        return SharedRowResident(dtype, shape, shared_bytes);
+    }
+    return 0;
+  }
+};
+
+ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
+                         const ForwardBuffers& b, RowGeometry g, double eps) {
+  switch (plan.path) {
+    case Path::kFewRows:
+    case Path::kRowPerBlock:
+    case Path::kRowsPerBlock:
+    case Path::kRowTeams:
+      return LaunchRowsForward(stream, plan, b, g, eps);
+    case Path::kGridRows: return LaunchGridRowsForward(stream, plan, b, g, eps);
+    case Path::kSharedRow: return LaunchSharedRowForward(stream, plan, b, g, eps);
+    case Path::kSplitRows: return LaunchSplitRowsForward(stream, plan, b, g, eps);
+    case Path::kApexSeed: break;
+  }
+  return ApexSeedForward(stream, b, g, eps);
+}
+
+ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
+                          const BackwardBuffers& b, RowGeometry g) {
+  switch (plan.path) {
+    case Path::kRowTeams: return LaunchRowTeamsBackward(stream, plan, b, g);
+    case Path::kGridRows: return LaunchGridRowsBackward(stream, plan, b, g);
+    case Path::kSplitRows: return LaunchSplitRowsBackward(stream, plan, b, g);
+    case Path::kApexSeed: return ApexSeedBackward(stream, b, g);
+    default: break;
+  }
+  return ffi::Error::Internal(
+      std::string("gpu_ops rms_norm: no backward kernel for plan ") +
+      PathName(plan.path));
+}
 
 // chunk_sums must be the float32 vector of ChunkSumsLength floats.
 ffi::Error CheckChunkSums(const ffi::AnyBuffer& chunk_sums, RowGeometry g) {
@@ -47,21 +109,15 @@ ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   if (auto err = CheckChunkSums(*chunk_sums, g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
   const ForwardBuffers buffers{x, w, *y, *inv_rms, *chunk_sums};
+  Plan plan;  // the seed's kernels
   if constexpr (kKernels == Kernels::kFast) {
-    if (auto launched = TryFastForward(stream, buffers, g, eps)) {
-      return *launched;
-    }
-    if (auto launched = TryGridForward(stream, buffers, g, eps)) {
-      return *launched;
-    }
-    if (auto launched = TrySharedRowForward(stream, buffers, g, eps)) {
-      return *launched;
-    }
-    if (auto launched = TrySplitRowsForward(stream, buffers, g, eps)) {
-      return *launched;
-    }
+    const Problem problem{g.rows, g.row_length,
+                          FastBuffers(x, w, *y, *inv_rms),
+                          PlanDType(x.element_type()),
+                          static_cast<int64_t>(chunk_sums->element_count()), 0};
+    plan = PlanForward(problem, CurrentGpu());
   }
-  return ApexSeedForward(stream, buffers, g, eps);
+  return LaunchForward(stream, plan, buffers, g, eps);
 }
 // [forward-handler-end]
 
@@ -103,14 +159,18 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
   }
   const BackwardBuffers buffers{dy,  inv_rms, x,        w,
                                 *dx, *dw,     *partials, *chunk_sums};
+  Plan plan;  // the seed's kernels
   if constexpr (kKernels == Kernels::kFast) {
-    if (auto launched = TryFastBackward(stream, buffers, g)) return *launched;
-    if (auto launched = TryGridBackward(stream, buffers, g)) return *launched;
-    if (auto launched = TrySplitRowsBackward(stream, buffers, g)) {
-      return *launched;
-    }
+    const Problem problem{
+        g.rows, g.row_length,
+        FastBuffers(x, w, dy, inv_rms, *dx, *dw, *partials) &&
+            partials->element_type() == ffi::DataType::F32,
+        PlanDType(x.element_type()),
+        static_cast<int64_t>(chunk_sums->element_count()),
+        partials->dimensions()[0]};
+    plan = PlanBackward(problem, CurrentGpu());
   }
-  return ApexSeedBackward(stream, buffers, g);
+  return LaunchBackward(stream, plan, buffers, g);
 }
 
 // [forward-binding]
@@ -141,6 +201,14 @@ auto BackwardBinding() {
 }
 
 }  // namespace
+
+Plan PlanForwardOnCurrentGpu(const Problem& problem) {
+  return PlanForward(problem, CurrentGpu());
+}
+
+Plan PlanBackwardOnCurrentGpu(const Problem& problem) {
+  return PlanBackward(problem, CurrentGpu());
+}
 
 // [handler-symbols]
 // kCmdBufferCompatible: the handlers only launch kernels on the stream, into

@@ -1,22 +1,12 @@
-// The CUDA implementations behind the handlers in rms_norm_cuda.cu.
-//
-// - The fast kernels, the default. They cover x and weight of one dtype
-//   (float16, bfloat16 or float32) with a row length that fills whole
-//   16-byte vectors, and return nullopt for anything else:
-//   - rms_norm_fast.cu (TryFast*): 16-byte loads and stores, each row held
-//     on chip so x is read once, a team of threads (or a cluster of blocks,
-//     for long rows) per row, and a one-pass backward; nullopt for rows too
-//     long for a team;
-//   - rms_norm_grid_rows.cu (TryGridForward, TryGridBackward): those longer
-//     rows whose x (and in the backward, dy) the whole GPU holds at once, in
-//     one pass with a grid-wide barrier;
-//   - rms_norm_shared_rows.cu (TrySharedRowForward): in the forward, the
-//     rest of those longer rows that a cluster of blocks holds in shared
-//     memory, in one pass; nullopt for longer rows, and on GPUs without
-//     clusters;
-//   - rms_norm_split_rows.cu (TrySplitRows*): the rest, each row split over
-//     many blocks, in two passes.
-// - The seed tutorial's kernels (rms_norm_apex_seed.cu), derived from NVIDIA
+// The CUDA launchers behind the handlers in rms_norm_cuda.cu: each executes
+// a plan of rms_norm_plan.h (which says what each path is for) and decides
+// nothing, and the *Resident functions answer the planner's questions about
+// their kernels with CUDA's occupancy calculator.
+// - rms_norm_fast.cu: rows a thread team (or a cluster of blocks) holds;
+// - rms_norm_grid_rows.cu: inputs the whole GPU holds at once;
+// - rms_norm_shared_rows.cu: forward rows a cluster holds in shared memory;
+// - rms_norm_split_rows.cu: each row over many blocks, in two passes;
+// - rms_norm_apex_seed.cu: the seed tutorial's kernels, derived from NVIDIA
 //   apex: every dtype pair and row length. They run what the fast kernels do
 //   not cover, and stay selectable on their own as the comparison baseline.
 //
@@ -26,9 +16,10 @@
 
 #include <cuda_runtime.h>
 
-#include <optional>
+#include <cstdint>
 
 #include "rms_norm_checks.h"
+#include "rms_norm_plan.h"
 
 namespace gpu_ops {
 
@@ -51,30 +42,33 @@ ffi::Error ApexSeedForward(cudaStream_t stream, const ForwardBuffers& b,
 ffi::Error ApexSeedBackward(cudaStream_t stream, const BackwardBuffers& b,
                             RowGeometry g);
 
-std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
-                                         const ForwardBuffers& b,
-                                         RowGeometry g, double eps);
-std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
-                                          const BackwardBuffers& b,
-                                          RowGeometry g);
+// Whether this GPU runs the kernels' Hopper code, clusters included.
+bool RunsClusters();
 
-std::optional<ffi::Error> TrySharedRowForward(cudaStream_t stream,
-                                              const ForwardBuffers& b,
-                                              RowGeometry g, double eps);
+int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
+                         int shared_bytes);
+int64_t GridRowsResident(Kernel kernel, DType dtype, const Shape& shape,
+                         int shared_bytes);
+int64_t SharedRowResident(DType dtype, const Shape& shape, int shared_bytes);
 
-std::optional<ffi::Error> TryGridForward(cudaStream_t stream,
-                                         const ForwardBuffers& b,
-                                         RowGeometry g, double eps);
-std::optional<ffi::Error> TryGridBackward(cudaStream_t stream,
-                                          const BackwardBuffers& b,
-                                          RowGeometry g);
-
-std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
-                                              const ForwardBuffers& b,
-                                              RowGeometry g, double eps);
-std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
-                                               const BackwardBuffers& b,
-                                               RowGeometry g);
+// kFewRows, kRowPerBlock, kRowsPerBlock and kRowTeams.
+ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
+                             const ForwardBuffers& b, RowGeometry g, double eps);
+ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
+                                  const BackwardBuffers& b, RowGeometry g);
+ffi::Error LaunchGridRowsForward(cudaStream_t stream, const Plan& plan,
+                                 const ForwardBuffers& b, RowGeometry g,
+                                 double eps);
+ffi::Error LaunchGridRowsBackward(cudaStream_t stream, const Plan& plan,
+                                  const BackwardBuffers& b, RowGeometry g);
+ffi::Error LaunchSharedRowForward(cudaStream_t stream, const Plan& plan,
+                                  const ForwardBuffers& b, RowGeometry g,
+                                  double eps);
+ffi::Error LaunchSplitRowsForward(cudaStream_t stream, const Plan& plan,
+                                  const ForwardBuffers& b, RowGeometry g,
+                                  double eps);
+ffi::Error LaunchSplitRowsBackward(cudaStream_t stream, const Plan& plan,
+                                   const BackwardBuffers& b, RowGeometry g);
 
 }  // namespace gpu_ops
 

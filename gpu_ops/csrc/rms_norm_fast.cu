@@ -23,7 +23,7 @@
 // Without the ring and the one-barrier sum, barriers, shared memory and
 // instruction issue, not loads, limited these kernels. For rows a block
 // holds, loading several rows straight into registers beats the ring.
-// The launch shape comes from the row length (PickShape).
+// The launch shape comes from the planner (rms_norm_plan.h).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -45,25 +45,11 @@
 namespace gpu_ops {
 namespace {
 
-constexpr int kTeamBlockThreads = 512;  // block size when teams share a block
 // TeamSum gives each team of 64 or more threads named barrier 1 + team.
 static_assert(kTeamBlockThreads / (2 * kWarpSize) < 16);
-// Registers per thread are capped at 64 by __launch_bounds__(1024). A thread
-// holds its values of the weight and of the row it works on (in the
-// backward, of dy as well, plus weight-gradient sums): up to this many
-// values per row fit (the build fails on a register spill).
-constexpr int kMaxForwardValues = 16;
-constexpr int kMaxBackwardValues = 8;
 // Rows the split-row kernels leave to these ones fit one block.
 static_assert(kMaxThreads * kMaxBackwardValues >= kSplitRowsAbove &&
               kMaxThreads * kMaxForwardValues >= kSplitRowsAbove);
-// Rows in the shared-memory ring of each cluster row team (RowRing): the one
-// being worked on and kStages - 1 on their way (more stages gain nothing).
-constexpr int kStages = 3;
-// 16-byte loads each thread of the forward keeps in flight when a block holds
-// a row (FastForwardKernel): a block takes kForwardLoads / vectors-per-row
-// rows. More loads per thread cost registers (16 spill) and gain nothing.
-constexpr int kForwardLoads = 4;
 
 // A ring of kStages row slots in shared memory, filled with asynchronous
 // copies (cp.async): rows stream in kStages - 1 rows ahead of the one being
@@ -445,207 +431,137 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   LeaveCluster<kClustered>();
 }
 
-// The smallest cluster, then the most vectors per thread (loads in flight are
-// what keeps memory busy), that fit a row of `row_vectors` into at most 1024
-// threads per block.
-std::optional<Shape> PickShape(int64_t row_vectors, int max_vectors,
-                               int max_cluster) {
-  for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
-    for (int vectors = max_vectors; vectors >= 1; vectors /= 2) {
-      const int64_t threads =
-          CeilDiv(CeilDiv(row_vectors, int64_t{cluster} * vectors), kWarpSize) *
-          kWarpSize;
-      if (threads > kMaxThreads) continue;
-      const int team = static_cast<int>(threads);
-      const int teams = cluster == 1 ? std::max(1, kTeamBlockThreads / team) : 1;
-      return Shape{cluster, team, teams, vectors};
-    }
-  }
-  return std::nullopt;
+// Calls fn(kernel) with the instance of `kernels` for a plan's shape: the
+// cluster kernel for teams spread over a cluster, else the one for teams of
+// one block.
+template <typename Fn, typename Kernel>
+decltype(auto) ForCluster(const Shape& shape, Kernel clustered, Kernel single,
+                          Fn&& fn) {
+  return fn(shape.cluster > 1 ? clustered : single);
 }
 
-// The largest cluster the current GPU can run these kernels in: 8 blocks on
-// Hopper and later (for kernels compiled for sm_90 or later), else 1.
-int MaxCluster() {
-  return RunsHopperCode(ClusterForwardKernel<float, 1, true>) ? kMaxCluster : 1;
-}
-
-// Shared memory for the rings of `arrays` arrays (x; or dy and x).
-int RingBytes(const Shape& shape, int arrays) {
-  return arrays * kStages * shape.vectors * shape.teams * shape.team * 16;
-}
-
-// Calls fn(std::integral_constant<int, vectors>{}) for vectors a power of two
-// up to kMax.
-template <int kMax, typename Fn>
-std::optional<ffi::Error> DispatchVectors(int vectors, Fn&& fn) {
-  if (vectors == kMax) return fn(std::integral_constant<int, kMax>{});
-  if constexpr (kMax > 1) {
-    return DispatchVectors<kMax / 2>(vectors, std::forward<Fn>(fn));
-  } else {
-    return std::nullopt;
-  }
-}
-
-// Calls fn(std::bool_constant<shape.cluster > 1>{}): the kernel for teams
-// spread over a cluster, or the one for teams of one block.
-template <typename Fn>
-std::optional<ffi::Error> DispatchClustered(const Shape& shape, Fn&& fn) {
-  if (shape.cluster > 1) return fn(std::true_type{});
-  return fn(std::false_type{});
-}
-
-// Picks the launch shape for rows of T (at most kMaxValues values per thread)
-// and calls fn(shape, std::integral_constant<int, shape.vectors>{}); nullopt
-// if no shape fits.
-template <typename T, int kMaxValues, typename Fn>
-std::optional<ffi::Error> WithShape(int row_vectors, Fn&& fn) {
-  constexpr int kMaxVectors = kMaxValues / Pack<T>::kSize;
-  const std::optional<Shape> shape =
-      PickShape(row_vectors, kMaxVectors, MaxCluster());
-  if (!shape) return std::nullopt;
-  return DispatchVectors<kMaxVectors>(
-      shape->vectors, [&](auto vectors) { return fn(*shape, vectors); });
-}
-
-// The forward of few rows: where the GPU holds a block for every row at
-// once, with a thread for every 16-byte vector of it, a block takes one row
-// and a thread one vector. The op is then a single wave of short blocks,
-// whose time is mostly the latency of loading a row, adding it up and
-// storing it, and more threads a row with fewer rows a block shorten that.
-// Rows of more than 512 vectors keep the other shapes: blocks of 1024
-// threads won for some of them and lost for others.
-// nullopt where the rows do not fit at once (the caller picks another shape).
 template <typename T>
-std::optional<ffi::Error> TryFewRowsForward(cudaStream_t stream, const T* x,
-                                            const T* w, T* y, float* inv_rms,
-                                            RowGeometry g, int row_vectors,
-                                            float epsilon) {
-  if (row_vectors > kTeamBlockThreads) return std::nullopt;
-  const int team =
-      static_cast<int>(CeilDiv(row_vectors, kWarpSize)) * kWarpSize;
-  const Shape one_vector{1, team, 1, 1};
-  const auto kernel = FastForwardKernel<T, 1, 1>;
-  if (g.rows > ResidentGroups(kernel, one_vector, 0)) return std::nullopt;
-  return Launch(stream, kernel, one_vector, g.rows, 0,
-                "launching the forward kernel", x, w, y, inv_rms, g.rows,
-                row_vectors, Reciprocal(g.row_length), epsilon);
-}
+constexpr int kForwardVectors = kMaxForwardValues / Pack<T>::kSize;
+template <typename T>
+constexpr int kBackwardVectors = kMaxBackwardValues / Pack<T>::kSize;
 
 }  // namespace
 
-std::optional<ffi::Error> TryFastForward(cudaStream_t stream,
-                                         const ForwardBuffers& b,
-                                         RowGeometry g, double eps) {
-  if (!Covered(b.x, b.w, g, b.y, b.inv_rms)) return std::nullopt;
-  return DispatchFastType(
-      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
-        using T = typename decltype(tag)::type;
-        const int row_vectors =
-            static_cast<int>(g.row_length / Pack<T>::kSize);
-        const T* x = static_cast<const T*>(b.x.untyped_data());
-        const T* w = static_cast<const T*>(b.w.untyped_data());
-        T* y = static_cast<T*>(b.y.untyped_data());
-        float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
-        const float epsilon = static_cast<float>(eps);
-        if (auto launched = TryFewRowsForward(stream, x, w, y, inv_rms, g,
-                                              row_vectors, epsilon)) {
-          return launched;
-        }
-        return WithShape<T, kMaxForwardValues>(
-            row_vectors,
-            [&](const Shape& shape,
-                auto vectors) -> std::optional<ffi::Error> {
-              constexpr int kVectors = decltype(vectors)::value;
-              constexpr int kRows = std::max(1, kForwardLoads / kVectors);
-              const float row_length = static_cast<float>(g.row_length);
-              // 16-bit rows in blocks of more than 512 threads: one row a
-              // block, two blocks an SM.
-              if constexpr (sizeof(T) == 2) {
-                if (shape.cluster == 1 && shape.team > kMaxThreads / 2 &&
-                    g.rows <= kMaxGrid) {
-                  RowForwardKernel<T, kVectors>
-                      <<<static_cast<unsigned>(g.rows), shape.team, 0,
-                         stream>>>(x, w, y, inv_rms, row_vectors, row_length,
-                                   epsilon);
-                  return CheckLaunch("launching the forward kernel");
-                }
-              }
-              // A block holds a row, and a grid covers all rows (it holds
-              // 2^31 - 1 blocks): one block per kRows rows.
-              if (shape.cluster == 1 && CeilDiv(g.rows, kRows) <= kMaxGrid) {
-                FastForwardKernel<T, kVectors, kRows>
-                    <<<static_cast<unsigned>(CeilDiv(g.rows, kRows)),
-                       shape.team, 0, stream>>>(x, w, y, inv_rms, g.rows,
-                                                row_vectors,
-                                                Reciprocal(g.row_length),
-                                                epsilon);
-                return CheckLaunch("launching the forward kernel");
-              }
-              // Rows over a cluster (or more rows than a grid's blocks).
-              return DispatchClustered(shape, [&](auto clustered) {
-                const auto kernel =
-                    ClusterForwardKernel<T, kVectors, decltype(clustered)::value>;
-                const int ring_bytes = RingBytes(shape, 1);
-                // As many groups as run at once; each works through many
-                // rows.
-                const int64_t groups =
-                    std::min(CeilDiv(g.rows, shape.teams),
-                             ResidentGroups(kernel, shape, ring_bytes));
-                return Launch(stream, kernel, shape, groups, ring_bytes,
-                              "launching the forward kernel", x, w, y,
-                              inv_rms, g.rows, row_vectors, shape, row_length,
-                              epsilon);
-              });
-            });
-      });
+bool RunsClusters() {
+  return RunsHopperCode(ClusterForwardKernel<float, 1, true>);
 }
 
-std::optional<ffi::Error> TryFastBackward(cudaStream_t stream,
-                                          const BackwardBuffers& b,
-                                          RowGeometry g) {
-  if (!Covered(b.x, b.w, g, b.dy, b.inv_rms, b.dx, b.dw, b.partials)) {
-    return std::nullopt;
-  }
-  const int64_t num_partials = b.partials.dimensions()[0];
-  // Rows per team (the kernel counts them in 32 bits).
-  const int64_t rows_per_partial = CeilDiv(g.rows, num_partials);
-  if (rows_per_partial > std::numeric_limits<int>::max()) return std::nullopt;
-  float* partials = static_cast<float*>(b.partials.untyped_data());
-  int64_t groups = 0;  // blocks or clusters, each writing one partial row
-  return DispatchFastType(
-      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
-        using T = typename decltype(tag)::type;
-        const int row_vectors =
-            static_cast<int>(g.row_length / Pack<T>::kSize);
-        std::optional<ffi::Error> launched =
-            WithShape<T, kMaxBackwardValues>(
-                row_vectors,
-                [&](const Shape& shape,
-                    auto vectors) -> std::optional<ffi::Error> {
-                  groups = CeilDiv(num_partials, shape.teams);
-                  return DispatchClustered(shape, [&](auto clustered) {
-                    return Launch(
-                        stream,
-                        FastBackwardKernel<T, decltype(vectors)::value,
-                                           decltype(clustered)::value>,
-                        shape, groups,
-                        RingBytes(shape, 2), "launching the backward kernel",
-                        static_cast<const T*>(b.dy.untyped_data()),
-                        static_cast<const float*>(b.inv_rms.untyped_data()),
-                        static_cast<const T*>(b.x.untyped_data()),
-                        static_cast<const T*>(b.w.untyped_data()),
-                        static_cast<T*>(b.dx.untyped_data()), partials,
-                        g.rows, row_vectors, num_partials,
-                        static_cast<int>(rows_per_partial), shape,
-                        Reciprocal(g.row_length));
-                  });
+int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
+                         int shared_bytes) {
+  return DispatchFastType(dtype, [&](auto tag) -> int64_t {
+    using T = typename decltype(tag)::type;
+    const auto resident = [&](auto instance) {
+      return ResidentGroups(instance, shape, shared_bytes);
+    };
+    switch (kernel) {
+      case Kernel::kFewRowsForward:
+        return resident(FastForwardKernel<T, 1, 1>);
+      case Kernel::kRowTeamsForward:
+        return DispatchVectors<kForwardVectors<T>>(shape.vectors, [&](auto v) {
+          constexpr int kV = decltype(v)::value;
+          return ForCluster(shape, ClusterForwardKernel<T, kV, true>,
+                            ClusterForwardKernel<T, kV, false>, resident);
+        });
+      case Kernel::kRowTeamsBackward:
+        return DispatchVectors<kBackwardVectors<T>>(shape.vectors, [&](auto v) {
+          constexpr int kV = decltype(v)::value;
+          return ForCluster(shape, FastBackwardKernel<T, kV, true>,
+                            FastBackwardKernel<T, kV, false>, resident);
+        });
+      default:
+        return int64_t{0};
+    }
+  });
+}
+
+ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
+                             const ForwardBuffers& b, RowGeometry g,
+                             double eps) {
+  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
+    const T* x = static_cast<const T*>(b.x.untyped_data());
+    const T* w = static_cast<const T*>(b.w.untyped_data());
+    T* y = static_cast<T*>(b.y.untyped_data());
+    float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
+    const float epsilon = static_cast<float>(eps);
+    const Shape& shape = plan.shape;
+    const char* what = "launching the forward kernel";
+    if (plan.path == Path::kFewRows) {
+      return Launch(stream, FastForwardKernel<T, 1, 1>, shape, plan.groups, 0,
+                    what, x, w, y, inv_rms, g.rows, row_vectors,
+                    Reciprocal(g.row_length), epsilon);
+    }
+    return DispatchVectors<kForwardVectors<T>>(
+        shape.vectors, [&](auto vectors) -> ffi::Error {
+          constexpr int kVectors = decltype(vectors)::value;
+          const auto blocks = static_cast<unsigned>(plan.groups);
+          if (plan.path == Path::kRowPerBlock) {
+            if constexpr (sizeof(T) == 2) {
+              RowForwardKernel<T, kVectors><<<blocks, shape.team, 0, stream>>>(
+                  x, w, y, inv_rms, row_vectors,
+                  static_cast<float>(g.row_length), epsilon);
+              return CheckLaunch(what);
+            }
+          } else if (plan.path == Path::kRowsPerBlock) {
+            constexpr int kRows = std::max(1, kForwardLoads / kVectors);
+            FastForwardKernel<T, kVectors, kRows>
+                <<<blocks, shape.team, 0, stream>>>(
+                    x, w, y, inv_rms, g.rows, row_vectors,
+                    Reciprocal(g.row_length), epsilon);
+            return CheckLaunch(what);
+          } else if (plan.path == Path::kRowTeams) {
+            return ForCluster(
+                shape, ClusterForwardKernel<T, kVectors, true>,
+                ClusterForwardKernel<T, kVectors, false>, [&](auto kernel) {
+                  return Launch(stream, kernel, shape, plan.groups,
+                                plan.shared_bytes, what, x, w, y, inv_rms,
+                                g.rows, row_vectors, shape,
+                                static_cast<float>(g.row_length), epsilon);
                 });
-        if (!launched || launched->failure()) return launched;
-        return SumPartials(stream, partials,
-                           static_cast<T*>(b.dw.untyped_data()), groups,
-                           g.row_length);
-      });
+          }
+          return ffi::Error::Internal(
+              std::string("gpu_ops rms_norm: the row forward cannot run plan ") +
+              PathName(plan.path));
+        });
+  });
+}
+
+ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
+                                  const BackwardBuffers& b, RowGeometry g) {
+  const int64_t num_partials = b.partials.dimensions()[0];
+  float* partials = static_cast<float*>(b.partials.untyped_data());
+  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
+    const ffi::Error launched = DispatchVectors<kBackwardVectors<T>>(
+        plan.shape.vectors, [&](auto vectors) {
+          constexpr int kV = decltype(vectors)::value;
+          return ForCluster(
+              plan.shape, FastBackwardKernel<T, kV, true>,
+              FastBackwardKernel<T, kV, false>, [&](auto kernel) {
+                return Launch(
+                    stream, kernel, plan.shape, plan.groups, plan.shared_bytes,
+                    "launching the backward kernel",
+                    static_cast<const T*>(b.dy.untyped_data()),
+                    static_cast<const float*>(b.inv_rms.untyped_data()),
+                    static_cast<const T*>(b.x.untyped_data()),
+                    static_cast<const T*>(b.w.untyped_data()),
+                    static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
+                    row_vectors, num_partials,
+                    static_cast<int>(plan.rows_per_group), plan.shape,
+                    Reciprocal(g.row_length));
+              });
+        });
+    if (launched.failure()) return launched;
+    return SumPartials(stream, partials, static_cast<T*>(b.dw.untyped_data()),
+                       plan.groups, g.row_length);
+  });
 }
 
 }  // namespace gpu_ops

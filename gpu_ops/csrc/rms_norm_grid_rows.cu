@@ -49,9 +49,6 @@
 namespace gpu_ops {
 namespace {
 
-constexpr int kGridThreads = 1024;
-constexpr int kGridWarps = kGridThreads / kWarpSize;
-
 // Where a thread's vectors lie. Block b takes column vectors b * columns ...
 // b * columns + columns - 1 of every row; thread t takes column vector
 // t % columns of rows t / columns + j * groups (j < rows_per_thread), where
@@ -119,16 +116,6 @@ __device__ void ForEachRowTotal(const float* __restrict__ row_sums, int rows,
     sum = WarpSum(sum);
     if (lane == 0) use(r, sum);
   }
-}
-
-// Forward: rows a thread takes, the first kForwardRegisterRows in registers
-// and the rest in shared memory: up to 13 vectors, 208 KiB a block.
-constexpr int kMaxGridForwardRows = 16;
-constexpr int kForwardRegisterRows = 3;
-
-int GridForwardSharedBytes(int rows_per_thread) {
-  return std::max(1, rows_per_thread - kForwardRegisterRows) * kGridThreads *
-         16;
 }
 
 template <typename T>
@@ -202,23 +189,6 @@ __global__ void __launch_bounds__(kGridThreads, 1)
 }
 
 // Backward: rows a thread takes (one 16-byte vector of x and of dy in each).
-// The vectors of x go to shared memory, and those of dy to registers up to
-// kDyRegisterRows (12 of the 64 registers a thread of a 1024-thread block
-// has; with 4 or more, ptxas spilled in the bfloat16 kernel), the rest to
-// shared memory: up to 13 vectors, 208 KiB a block.
-constexpr int kMaxGridRows = 8;
-constexpr int kDyRegisterRows = 3;
-
-// Shared memory for rows_per_thread rows: x's and dy's slots, which then hold
-// the weight-gradient sums of the thread groups (kSize floats a thread).
-template <typename T>
-int GridBackwardSharedBytes(int rows_per_thread) {
-  const int slots =
-      rows_per_thread + std::max(0, rows_per_thread - kDyRegisterRows);
-  return std::max(slots * kGridThreads * 16,
-                  kGridThreads * Pack<T>::kSize * static_cast<int>(sizeof(float)));
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kGridThreads, 1)
     GridBackwardKernel(const T* __restrict__ dy,
@@ -329,109 +299,79 @@ __global__ void __launch_bounds__(kGridThreads, 1)
   }
 }
 
-// Launches `kernel` cooperatively over the narrowest column slices whose
-// blocks all fit on the GPU at once (the most threads per column, the fewest
-// rows per thread), shared_bytes(rows_per_thread) of shared memory a block:
-// launch(config, columns, rows_per_thread) calls cudaLaunchKernelEx with
-// those settings, and a failure is reported naming `what`. nullopt if a
-// thread would take more than max_rows rows, or the row sums (a float per
-// row and block) would not fit in sums_room floats.
-template <typename Kernel, typename SharedBytes, typename Launch>
-std::optional<ffi::Error> LaunchGrid(cudaStream_t stream, Kernel kernel,
-                                     RowGeometry g, int row_vectors,
-                                     int max_rows, SharedBytes shared_bytes,
-                                     int64_t sums_room, const char* what,
-                                     Launch launch) {
-  if (g.rows > int64_t{max_rows} * kGridWarps) return std::nullopt;
-  for (int columns = kWarpSize; columns <= kGridThreads; columns *= 2) {
-    const int rows_per_thread =
-        static_cast<int>(CeilDiv(g.rows, kGridThreads / columns));
-    if (rows_per_thread > max_rows) return std::nullopt;
-    const int64_t blocks = CeilDiv(row_vectors, columns);
-    const int bytes = shared_bytes(rows_per_thread);
-    const Shape shape{1, kGridThreads, 1, rows_per_thread};
-    if (blocks > ResidentGroups(kernel, shape, bytes)) continue;
-    if (sums_room < blocks * g.rows) return std::nullopt;
-    cudaLaunchAttribute no_cluster[1];  // shape.cluster == 1
-    cudaLaunchConfig_t config =
-        LaunchConfig(shape, blocks, bytes, stream, no_cluster);
-    cudaLaunchAttribute cooperative[1];
-    cooperative[0].id = cudaLaunchAttributeCooperative;
-    cooperative[0].val.cooperative = 1;
-    config.attrs = cooperative;
-    config.numAttrs = 1;
-    return CudaStatus(launch(config, columns, rows_per_thread), what);
+// Launches a plan's `kernel` cooperatively (its blocks wait for each other,
+// so all of them must run at once, which the planner has checked).
+template <typename Kernel, typename... Args>
+ffi::Error LaunchCooperative(cudaStream_t stream, const Plan& plan,
+                             Kernel kernel, const char* what, Args... args) {
+  if (!AllowSharedMemory(kernel, plan.shared_bytes)) {
+    return ffi::Error::Internal(std::string("gpu_ops rms_norm: ") + what +
+                                ": the GPU has too little shared memory");
   }
-  return std::nullopt;
+  cudaLaunchAttribute no_cluster[1];  // plan.shape.cluster == 1
+  cudaLaunchConfig_t config = LaunchConfig(plan.shape, plan.groups,
+                                           plan.shared_bytes, stream, no_cluster);
+  cudaLaunchAttribute cooperative[1];
+  cooperative[0].id = cudaLaunchAttributeCooperative;
+  cooperative[0].val.cooperative = 1;
+  config.attrs = cooperative;
+  config.numAttrs = 1;
+  return CudaStatus(cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 
 }  // namespace
 
-std::optional<ffi::Error> TryGridForward(cudaStream_t stream,
-                                         const ForwardBuffers& b,
-                                         RowGeometry g, double eps) {
-  if (!Covered(b.x, b.w, g, b.y, b.inv_rms) ||
-      b.chunk_sums.element_type() != ffi::DataType::F32) {
-    return std::nullopt;
-  }
-  return DispatchFastType(
-      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
-        using T = typename decltype(tag)::type;
-        const auto kernel = GridForwardKernel<T>;
-        const int row_vectors =
-            static_cast<int>(g.row_length / Pack<T>::kSize);
-        return LaunchGrid(
-            stream, kernel, g, row_vectors, kMaxGridForwardRows,
-            GridForwardSharedBytes,
-            static_cast<int64_t>(b.chunk_sums.element_count()),
-            "launching the grid forward kernel",
-            [&](const cudaLaunchConfig_t& config, int columns,
-                int rows_per_thread) {
-              return cudaLaunchKernelEx(
-                  &config, kernel, static_cast<const T*>(b.x.untyped_data()),
-                  static_cast<const T*>(b.w.untyped_data()),
-                  static_cast<T*>(b.y.untyped_data()),
-                  static_cast<float*>(b.inv_rms.untyped_data()),
-                  static_cast<float*>(b.chunk_sums.untyped_data()),
-                  static_cast<int>(g.rows), row_vectors, columns,
-                  rows_per_thread, Reciprocal(g.row_length),
-                  static_cast<float>(eps));
-            });
-      });
+int64_t GridRowsResident(Kernel kernel, DType dtype, const Shape& shape,
+                         int shared_bytes) {
+  return DispatchFastType(dtype, [&](auto tag) -> int64_t {
+    using T = typename decltype(tag)::type;
+    if (kernel == Kernel::kGridForward) {
+      return ResidentGroups(GridForwardKernel<T>, shape, shared_bytes);
+    }
+    if (kernel == Kernel::kGridBackward) {
+      return ResidentGroups(GridBackwardKernel<T>, shape, shared_bytes);
+    }
+    return 0;
+  });
 }
 
-std::optional<ffi::Error> TryGridBackward(cudaStream_t stream,
-                                          const BackwardBuffers& b,
-                                          RowGeometry g) {
-  if (!Covered(b.x, b.w, g, b.dy, b.inv_rms, b.dx, b.dw, b.partials) ||
-      b.partials.element_type() != ffi::DataType::F32) {
-    return std::nullopt;
-  }
-  return DispatchFastType(
-      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
-        using T = typename decltype(tag)::type;
-        const auto kernel = GridBackwardKernel<T>;
-        const int row_vectors =
-            static_cast<int>(g.row_length / Pack<T>::kSize);
-        return LaunchGrid(
-            stream, kernel, g, row_vectors, kMaxGridRows,
-            GridBackwardSharedBytes<T>,
-            static_cast<int64_t>(b.partials.element_count()),
-            "launching the grid backward kernel",
-            [&](const cudaLaunchConfig_t& config, int columns,
-                int rows_per_thread) {
-              return cudaLaunchKernelEx(
-                  &config, kernel, static_cast<const T*>(b.dy.untyped_data()),
-                  static_cast<const float*>(b.inv_rms.untyped_data()),
-                  static_cast<const T*>(b.x.untyped_data()),
-                  static_cast<const T*>(b.w.untyped_data()),
-                  static_cast<T*>(b.dx.untyped_data()),
-                  static_cast<T*>(b.dw.untyped_data()),
-                  static_cast<float*>(b.partials.untyped_data()),
-                  static_cast<int>(g.rows), row_vectors, columns,
-                  rows_per_thread, Reciprocal(g.row_length));
-            });
-      });
+// The plan's shape.vectors is the rows each thread takes.
+ffi::Error LaunchGridRowsForward(cudaStream_t stream, const Plan& plan,
+                                 const ForwardBuffers& b, RowGeometry g,
+                                 double eps) {
+  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return LaunchCooperative(
+        stream, plan, GridForwardKernel<T>, "launching the grid forward kernel",
+        static_cast<const T*>(b.x.untyped_data()),
+        static_cast<const T*>(b.w.untyped_data()),
+        static_cast<T*>(b.y.untyped_data()),
+        static_cast<float*>(b.inv_rms.untyped_data()),
+        static_cast<float*>(b.chunk_sums.untyped_data()),
+        static_cast<int>(g.rows),
+        static_cast<int>(g.row_length / Pack<T>::kSize), plan.columns,
+        plan.shape.vectors, Reciprocal(g.row_length), static_cast<float>(eps));
+  });
+}
+
+ffi::Error LaunchGridRowsBackward(cudaStream_t stream, const Plan& plan,
+                                  const BackwardBuffers& b, RowGeometry g) {
+  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return LaunchCooperative(
+        stream, plan, GridBackwardKernel<T>,
+        "launching the grid backward kernel",
+        static_cast<const T*>(b.dy.untyped_data()),
+        static_cast<const float*>(b.inv_rms.untyped_data()),
+        static_cast<const T*>(b.x.untyped_data()),
+        static_cast<const T*>(b.w.untyped_data()),
+        static_cast<T*>(b.dx.untyped_data()),
+        static_cast<T*>(b.dw.untyped_data()),
+        static_cast<float*>(b.partials.untyped_data()),
+        static_cast<int>(g.rows),
+        static_cast<int>(g.row_length / Pack<T>::kSize), plan.columns,
+        plan.shape.vectors, Reciprocal(g.row_length));
+  });
 }
 
 }  // namespace gpu_ops

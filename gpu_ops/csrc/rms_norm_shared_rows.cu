@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 
 #include "cuda_common.cuh"
 #include "dependent_launch.cuh"
@@ -29,14 +28,12 @@
 namespace gpu_ops {
 namespace {
 
-constexpr int kSharedRowThreads = 512;
-// 16-byte vectors a thread holds in shared memory: up to 64 KiB a block, so
-// that an SM holds several blocks and one block's loads overlap another's
-// sums and stores. An H200 holds three such blocks an SM and so runs 45
-// clusters of 8 at once; with at most two an SM it would run 30, fewer than
-// the seed shape's 32 rows. x is read once, where the split-row kernels read
-// it twice; float32 rows (128 KiB a block, one block an SM) stay with those.
-constexpr int kMaxSharedRowVectors = 8;
+// Blocks of kSharedRowThreads threads holding up to kMaxSharedRowVectors
+// vectors each (rms_norm_plan.h): at most 64 KiB a block, so that an SM
+// holds several blocks and one block's loads overlap another's sums and
+// stores. An H200 holds three such blocks an SM and so runs 45 clusters of 8
+// at once; with at most two an SM it would run 30, fewer than the seed
+// shape's 32 rows.
 
 // Cluster c normalises row c, then row c + clusters, and so on. Thread t's
 // vector k of the row sits in slot k * blockDim.x + t; a thread reads back
@@ -101,40 +98,27 @@ __global__ void __launch_bounds__(kSharedRowThreads)
 
 }  // namespace
 
-std::optional<ffi::Error> TrySharedRowForward(cudaStream_t stream,
-                                              const ForwardBuffers& b,
-                                              RowGeometry g, double eps) {
-  if (!Covered(b.x, b.w, g, b.y, b.inv_rms)) return std::nullopt;
-  return DispatchFastType(
-      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
-        using T = typename decltype(tag)::type;
-        const auto kernel = SharedRowForwardKernel<T>;
-        if (!RunsHopperCode(kernel)) return std::nullopt;  // no clusters
-        const int row_vectors =
-            static_cast<int>(g.row_length / Pack<T>::kSize);
-        // The largest cluster, so that the row's parts are small and an SM
-        // holds several.
-        for (int cluster = kMaxCluster; cluster >= 2; cluster /= 2) {
-          const int64_t vectors = CeilDiv(
-              row_vectors, int64_t{cluster} * kSharedRowThreads);
-          if (vectors > kMaxSharedRowVectors) break;
-          const Shape shape{cluster, kSharedRowThreads, 1,
-                            static_cast<int>(vectors)};
-          const int shared_bytes =
-              static_cast<int>(vectors * kSharedRowThreads * 16);
-          const int64_t resident = ResidentGroups(kernel, shape, shared_bytes);
-          if (resident < 1) continue;
-          return Launch(stream, kernel, shape, std::min(g.rows, resident),
-                        shared_bytes, "launching the shared-row forward kernel",
-                        static_cast<const T*>(b.x.untyped_data()),
-                        static_cast<const T*>(b.w.untyped_data()),
-                        static_cast<T*>(b.y.untyped_data()),
-                        static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
-                        row_vectors, shape, static_cast<float>(g.row_length),
-                        static_cast<float>(eps));
-        }
-        return std::nullopt;
-      });
+int64_t SharedRowResident(DType dtype, const Shape& shape, int shared_bytes) {
+  return DispatchFastType(dtype, [&](auto tag) -> int64_t {
+    using T = typename decltype(tag)::type;
+    return ResidentGroups(SharedRowForwardKernel<T>, shape, shared_bytes);
+  });
+}
+
+ffi::Error LaunchSharedRowForward(cudaStream_t stream, const Plan& plan,
+                                  const ForwardBuffers& b, RowGeometry g,
+                                  double eps) {
+  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return Launch(stream, SharedRowForwardKernel<T>, plan.shape, plan.groups,
+                  plan.shared_bytes, "launching the shared-row forward kernel",
+                  static_cast<const T*>(b.x.untyped_data()),
+                  static_cast<const T*>(b.w.untyped_data()),
+                  static_cast<T*>(b.y.untyped_data()),
+                  static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+                  static_cast<int>(g.row_length / Pack<T>::kSize), plan.shape,
+                  static_cast<float>(g.row_length), static_cast<float>(eps));
+  });
 }
 
 }  // namespace gpu_ops

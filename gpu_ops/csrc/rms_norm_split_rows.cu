@@ -191,35 +191,33 @@ __global__ void __launch_bounds__(kSplitThreads)
   }
 }
 
-// The backward's segments (rows whose weight gradient a block adds up) hold
-// at least this many rows, so that writing and adding up the partial sums
-// stays small beside the rows themselves.
-constexpr int64_t kRowsPerSegment = 8;
-
 // Blocks for `items` chunks: one each, up to the grid's limit.
 unsigned Blocks(int64_t items) { return GridSize(items, kMaxGrid); }
 
-// Rows of T cut into chunks of kSplitThreads x kVectors vectors, with scratch
-// for the (rows, chunks) chunk sums.
+// Rows of T cut into a plan's chunks of kSplitThreads x kVectors vectors,
+// with scratch for the (rows, chunks) chunk sums.
 struct Split {
   int row_vectors;
   int chunks;
   float* chunk_sums;
 };
 
-// Plans the split of the rows into chunks and launches pass 1: chunk_sums =
-// the chunk sums of a * a (the forward: x, with b and weight null) or of
-// a * b * weight (the backward).
+// Launches pass 1: chunk_sums = the chunk sums of a * a (the forward: x,
+// with b and weight null) or of a * b * weight (the backward).
 // (The handlers have checked chunk_sums' dtype and length; the check here
-// keeps the kernels within it should the chunk sizes ever disagree.)
+// keeps the kernels within it should the plan and the scratch ever disagree.)
 template <typename T, int kVectors>
-ffi::Error SumChunks(cudaStream_t stream, const ffi::AnyBuffer& chunk_sums,
-                     RowGeometry g, const T* a, const T* b, const T* weight,
-                     Split* split) {
+ffi::Error SumChunks(cudaStream_t stream, const Plan& plan,
+                     const ffi::AnyBuffer& chunk_sums, RowGeometry g,
+                     const T* a, const T* b, const T* weight, Split* split) {
   split->row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
-  split->chunks = static_cast<int>(
-      CeilDiv(split->row_vectors, int64_t{kSplitThreads} * kVectors));
+  split->chunks = plan.chunks;
   split->chunk_sums = static_cast<float*>(chunk_sums.untyped_data());
+  if (plan.shape.vectors != kVectors ||
+      int64_t{split->chunks} * kSplitThreads * kVectors < split->row_vectors) {
+    return ffi::Error::Internal(
+        "gpu_ops rms_norm: the split-row plan does not cover the rows");
+  }
   if (static_cast<int64_t>(chunk_sums.element_count()) <
       g.rows * split->chunks) {
     return ffi::Error::Internal(
@@ -238,87 +236,71 @@ ffi::Error SumChunks(cudaStream_t stream, const ffi::AnyBuffer& chunk_sums,
 template <typename T, int kValues>
 constexpr int kVectorsOf = kValues / Pack<T>::kSize;
 
-// Rows the split-row kernels take: longer than kSplitRowsAbove (shorter rows
-// have no chunk_sums), fast kernel dtypes and vectors.
-template <typename... Buffers>
-bool Taken(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, RowGeometry g,
-           const Buffers&... buffers) {
-  return g.row_length > kSplitRowsAbove && Covered(x, w, g, buffers...);
-}
-
 }  // namespace
 
-std::optional<ffi::Error> TrySplitRowsForward(cudaStream_t stream,
-                                              const ForwardBuffers& b,
-                                              RowGeometry g, double eps) {
-  if (!Taken(b.x, b.w, g, b.y, b.inv_rms, b.chunk_sums)) return std::nullopt;
-  return DispatchFastType(
-      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
-        using T = typename decltype(tag)::type;
-        constexpr int kVectors = kVectorsOf<T, kSplitForwardValues>;
-        const T* x = static_cast<const T*>(b.x.untyped_data());
-        Split split;
-        if (auto err = SumChunks<T, kVectors>(stream, b.chunk_sums, g, x,
-                                              nullptr, nullptr, &split);
-            err.failure()) {
-          return err;
-        }
-        return LaunchDependent(
-            stream, Blocks(g.rows * split.chunks), kSplitThreads,
-            "launching the chunk forward kernel",
-            ChunkForwardKernel<T, kVectors>, x,
-            static_cast<const T*>(b.w.untyped_data()),
-            static_cast<const float*>(split.chunk_sums),
-            static_cast<T*>(b.y.untyped_data()),
-            static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
-            split.row_vectors, split.chunks, static_cast<float>(g.row_length),
-            static_cast<float>(eps));
-      });
+ffi::Error LaunchSplitRowsForward(cudaStream_t stream, const Plan& plan,
+                                  const ForwardBuffers& b, RowGeometry g,
+                                  double eps) {
+  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int kVectors = kVectorsOf<T, kSplitForwardValues>;
+    const T* x = static_cast<const T*>(b.x.untyped_data());
+    Split split;
+    if (auto err = SumChunks<T, kVectors>(stream, plan, b.chunk_sums, g, x,
+                                          nullptr, nullptr, &split);
+        err.failure()) {
+      return err;
+    }
+    return LaunchDependent(
+        stream, Blocks(g.rows * split.chunks), kSplitThreads,
+        "launching the chunk forward kernel", ChunkForwardKernel<T, kVectors>,
+        x, static_cast<const T*>(b.w.untyped_data()),
+        static_cast<const float*>(split.chunk_sums),
+        static_cast<T*>(b.y.untyped_data()),
+        static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+        split.row_vectors, split.chunks, static_cast<float>(g.row_length),
+        static_cast<float>(eps));
+  });
 }
 
-std::optional<ffi::Error> TrySplitRowsBackward(cudaStream_t stream,
-                                               const BackwardBuffers& b,
-                                               RowGeometry g) {
-  if (!Taken(b.x, b.w, g, b.dy, b.inv_rms, b.dx, b.dw, b.partials,
-             b.chunk_sums)) {
-    return std::nullopt;
-  }
-  return DispatchFastType(
-      b.x.element_type(), [&](auto tag) -> std::optional<ffi::Error> {
-        using T = typename decltype(tag)::type;
-        constexpr int kVectors = kVectorsOf<T, kSplitBackwardValues>;
-        const T* dy = static_cast<const T*>(b.dy.untyped_data());
-        const T* x = static_cast<const T*>(b.x.untyped_data());
-        const T* w = static_cast<const T*>(b.w.untyped_data());
-        Split split;
-        if (auto err = SumChunks<T, kVectors>(stream, b.chunk_sums, g, dy, x,
-                                              w, &split);
-            err.failure()) {
-          return err;
-        }
-        // Segments of at least kRowsPerSegment rows, so that each block
-        // streams several rows; the first `segments` rows of the scratch
-        // matrix hold their partial sums.
-        const int64_t segments =
-            std::min(b.partials.dimensions()[0],
-                     std::max<int64_t>(1, g.rows / kRowsPerSegment));
-        float* partials = static_cast<float*>(b.partials.untyped_data());
-        if (auto err = LaunchDependent(
-                stream, Blocks(segments * split.chunks), kSplitThreads,
-                "launching the chunk backward kernel",
-                ChunkBackwardKernel<T, kVectors>, dy,
-                static_cast<const float*>(b.inv_rms.untyped_data()), x, w,
-                static_cast<const float*>(split.chunk_sums),
-                static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
-                split.row_vectors, split.chunks, segments,
-                CeilDiv(g.rows, segments), static_cast<float>(g.row_length));
-            err.failure()) {
-          return err;
-        }
-        return SumPartials(stream, partials,
-                           static_cast<T*>(b.dw.untyped_data()), segments,
-                           g.row_length);
-      });
+ffi::Error LaunchSplitRowsBackward(cudaStream_t stream, const Plan& plan,
+                                   const BackwardBuffers& b, RowGeometry g) {
+  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int kVectors = kVectorsOf<T, kSplitBackwardValues>;
+    const T* dy = static_cast<const T*>(b.dy.untyped_data());
+    const T* x = static_cast<const T*>(b.x.untyped_data());
+    const T* w = static_cast<const T*>(b.w.untyped_data());
+    Split split;
+    if (auto err = SumChunks<T, kVectors>(stream, plan, b.chunk_sums, g, dy,
+                                          x, w, &split);
+        err.failure()) {
+      return err;
+    }
+    // The first plan.segments rows of the scratch matrix hold the segments'
+    // partial sums.
+    const int64_t segments = plan.segments;
+    if (segments < 1 || segments > b.partials.dimensions()[0]) {
+      return ffi::Error::Internal(
+          "gpu_ops rms_norm: the split-row plan has more segments than the "
+          "weight-gradient scratch has rows");
+    }
+    float* partials = static_cast<float*>(b.partials.untyped_data());
+    if (auto err = LaunchDependent(
+            stream, Blocks(segments * split.chunks), kSplitThreads,
+            "launching the chunk backward kernel",
+            ChunkBackwardKernel<T, kVectors>, dy,
+            static_cast<const float*>(b.inv_rms.untyped_data()), x, w,
+            static_cast<const float*>(split.chunk_sums),
+            static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
+            split.row_vectors, split.chunks, segments,
+            CeilDiv(g.rows, segments), static_cast<float>(g.row_length));
+        err.failure()) {
+      return err;
+    }
+    return SumPartials(stream, partials, static_cast<T*>(b.dw.untyped_data()),
+                       segments, g.row_length);
+  });
 }
 
 }  // namespace gpu_ops

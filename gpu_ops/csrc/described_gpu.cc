@@ -1,0 +1,35 @@
+#include "described_gpu.h"
+
+#include <algorithm>
+
+namespace gpu_ops {
+namespace {
+
+// The most registers a thread of each kernel may use: the caps that their
+// __launch_bounds__ and __maxnreg__ set (rms_norm_fast.cu,
+// rms_norm_grid_rows.cu, rms_norm_shared_rows.cu).
+int RegisterCap(Kernel kernel, DType dtype) {
+  switch (kernel) {
+    case Kernel::kFewRowsForward: return ElementBytes(dtype) == 2 ? 40 : 64;
+    case Kernel::kSharedRowForward: return 65536 / kSharedRowThreads;
+    default: return 65536 / kMaxThreads;
+  }
+}
+
+}  // namespace
+
+int64_t DescribedGpu::Resident(Kernel kernel, DType dtype, const Shape& shape,
+                               int shared_bytes) const {
+  const int threads = shape.team * shape.teams;
+  if (threads < 1 || threads > kMaxThreads || shape.cluster > kMaxCluster ||
+      shared_bytes > n_.shared_bytes_per_block ||
+      (shape.cluster > 1 && !n_.clusters)) {
+    return 0;
+  }
+  int per_sm = std::min(n_.blocks_per_sm, n_.threads_per_sm / threads);
+  per_sm = std::min(per_sm, n_.registers_per_sm / (threads * RegisterCap(kernel, dtype)));
+  if (shared_bytes > 0) per_sm = std::min(per_sm, n_.shared_bytes_per_sm / shared_bytes);
+  return int64_t{per_sm} * n_.sms / shape.cluster;
+}
+
+}  // namespace gpu_ops

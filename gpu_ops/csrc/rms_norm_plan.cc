@@ -1,0 +1,252 @@
+#include "rms_norm_plan.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "cuda_scratch.h"
+
+namespace gpu_ops {
+namespace {
+
+int VectorValues(const Problem& p) { return 16 / ElementBytes(p.dtype); }
+
+int64_t RowVectors(const Problem& p) {
+  return p.row_length / VectorValues(p);
+}
+
+// The smallest cluster, then the most vectors per thread (loads in flight are
+// what keeps memory busy), that fit a row of `row_vectors` into at most 1024
+// threads per block.
+std::optional<Shape> RowTeamShape(int64_t row_vectors, int max_vectors,
+                                  int max_cluster) {
+  for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
+    for (int vectors = max_vectors; vectors >= 1; vectors /= 2) {
+      const int64_t threads =
+          CeilDiv(CeilDiv(row_vectors, int64_t{cluster} * vectors), kWarpSize) *
+          kWarpSize;
+      if (threads > kMaxThreads) continue;
+      const int team = static_cast<int>(threads);
+      const int teams = cluster == 1 ? std::max(1, kTeamBlockThreads / team) : 1;
+      return Shape{cluster, team, teams, vectors};
+    }
+  }
+  return std::nullopt;
+}
+
+int MaxCluster(const DeviceModel& device) {
+  return device.Clusters() ? kMaxCluster : 1;
+}
+
+// Shared memory for the rings of `arrays` arrays (x; or dy and x).
+int RingBytes(const Shape& shape, int arrays) {
+  return arrays * kStages * shape.vectors * shape.teams * shape.team * 16;
+}
+
+// The forward of few rows: where the GPU holds a block for every row at
+// once, with a thread for every 16-byte vector of it, a block takes one row
+// and a thread one vector. The op is then a single wave of short blocks,
+// whose time is mostly the latency of loading a row, adding it up and
+// storing it, and more threads a row with fewer rows a block shorten that.
+// Rows of more than 512 vectors keep the other shapes: blocks of 1024
+// threads won for some of them and lost for others.
+std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device) {
+  const int64_t row_vectors = RowVectors(p);
+  if (row_vectors > kTeamBlockThreads) return std::nullopt;
+  const int team = static_cast<int>(CeilDiv(row_vectors, kWarpSize)) * kWarpSize;
+  const Shape one_vector{1, team, 1, 1};
+  if (p.rows > device.Resident(Kernel::kFewRowsForward, p.dtype,
+                               one_vector, 0)) {
+    return std::nullopt;
+  }
+  Plan plan;
+  plan.path = Path::kFewRows;
+  plan.shape = one_vector;
+  plan.groups = p.rows;
+  return plan;
+}
+
+std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device) {
+  const std::optional<Shape> shape = RowTeamShape(
+      RowVectors(p), kMaxForwardValues / VectorValues(p), MaxCluster(device));
+  if (!shape) return std::nullopt;
+  Plan plan;
+  plan.shape = *shape;
+  // 16-bit rows in blocks of more than 512 threads: one row a block, two
+  // blocks an SM.
+  if (ElementBytes(p.dtype) == 2 && shape->cluster == 1 &&
+      shape->team > kMaxThreads / 2 && p.rows <= kMaxGrid) {
+    plan.path = Path::kRowPerBlock;
+    plan.groups = p.rows;
+    return plan;
+  }
+  // A block holds a row, and a grid covers all rows: one block per
+  // kForwardLoads / vectors rows.
+  const int rows_per_block = std::max(1, kForwardLoads / shape->vectors);
+  if (shape->cluster == 1 && CeilDiv(p.rows, rows_per_block) <= kMaxGrid) {
+    plan.path = Path::kRowsPerBlock;
+    plan.groups = CeilDiv(p.rows, rows_per_block);
+    plan.rows_per_group = rows_per_block;
+    return plan;
+  }
+  // Rows over a cluster (or more rows than a grid's blocks): as many groups
+  // as run at once, each working through many rows.
+  plan.shared_bytes = RingBytes(*shape, 1);
+  const int64_t resident = device.Resident(
+      Kernel::kRowTeamsForward, p.dtype, *shape, plan.shared_bytes);
+  if (resident < 1) return std::nullopt;
+  plan.path = Path::kRowTeams;
+  plan.groups = std::min(CeilDiv(p.rows, shape->teams), resident);
+  return plan;
+}
+
+std::optional<Plan> RowTeamsBackward(const Problem& p,
+                                     const DeviceModel& device) {
+  // Rows per team (the kernel counts them in 32 bits).
+  const int64_t rows_per_partial = CeilDiv(p.rows, p.num_partials);
+  if (rows_per_partial > std::numeric_limits<int>::max()) return std::nullopt;
+  const std::optional<Shape> shape = RowTeamShape(
+      RowVectors(p), kMaxBackwardValues / VectorValues(p), MaxCluster(device));
+  if (!shape) return std::nullopt;
+  Plan plan;
+  plan.path = Path::kRowTeams;
+  plan.shape = *shape;
+  plan.shared_bytes = RingBytes(*shape, 2);
+  if (device.Resident(Kernel::kRowTeamsBackward, p.dtype, *shape,
+                      plan.shared_bytes) < 1) {
+    return std::nullopt;
+  }
+  plan.groups = CeilDiv(p.num_partials, shape->teams);  // a partial row each
+  plan.rows_per_group = rows_per_partial;
+  return plan;
+}
+
+// The narrowest column slices whose blocks all fit on the GPU at once (the
+// most threads per column, the fewest rows per thread). None if a thread
+// would take more than max_rows rows, or the row sums (a float per row and
+// block) would not fit in sums_room floats.
+template <typename SharedBytes>
+std::optional<Plan> GridRows(const Problem& p, const DeviceModel& device,
+                             Kernel kernel, int max_rows,
+                             SharedBytes shared_bytes, int64_t sums_room) {
+  if (p.rows > int64_t{max_rows} * kGridWarps) return std::nullopt;
+  for (int columns = kWarpSize; columns <= kGridThreads; columns *= 2) {
+    const int rows_per_thread =
+        static_cast<int>(CeilDiv(p.rows, kGridThreads / columns));
+    if (rows_per_thread > max_rows) return std::nullopt;
+    const int64_t blocks = CeilDiv(RowVectors(p), columns);
+    const int bytes = shared_bytes(rows_per_thread);
+    const Shape shape{1, kGridThreads, 1, rows_per_thread};
+    if (blocks > device.Resident(kernel, p.dtype, shape, bytes)) continue;
+    if (sums_room < blocks * p.rows) return std::nullopt;
+    Plan plan;
+    plan.path = Path::kGridRows;
+    plan.shape = shape;
+    plan.groups = blocks;
+    plan.shared_bytes = bytes;
+    plan.columns = columns;
+    return plan;
+  }
+  return std::nullopt;
+}
+
+std::optional<Plan> SharedRow(const Problem& p, const DeviceModel& device) {
+  if (!device.Clusters()) return std::nullopt;
+  // The largest cluster, so that the row's parts are small and an SM holds
+  // several.
+  for (int cluster = kMaxCluster; cluster >= 2; cluster /= 2) {
+    const int64_t vectors =
+        CeilDiv(RowVectors(p), int64_t{cluster} * kSharedRowThreads);
+    if (vectors > kMaxSharedRowVectors) break;
+    Plan plan;
+    plan.path = Path::kSharedRow;
+    plan.shape = Shape{cluster, kSharedRowThreads, 1, static_cast<int>(vectors)};
+    plan.shared_bytes = static_cast<int>(vectors * kSharedRowThreads * 16);
+    const int64_t resident = device.Resident(
+        Kernel::kSharedRowForward, p.dtype, plan.shape, plan.shared_bytes);
+    if (resident < 1) continue;
+    plan.groups = std::min(p.rows, resident);
+    return plan;
+  }
+  return std::nullopt;
+}
+
+// Rows longer than kSplitRowsAbove (shorter ones have no chunk sums).
+std::optional<Plan> SplitRows(const Problem& p, int values_per_thread) {
+  if (p.row_length <= kSplitRowsAbove) return std::nullopt;
+  Plan plan;
+  plan.path = Path::kSplitRows;
+  plan.shape = Shape{1, kSplitThreads, 1, values_per_thread / VectorValues(p)};
+  plan.chunks = static_cast<int>(
+      CeilDiv(RowVectors(p), int64_t{kSplitThreads} * plan.shape.vectors));
+  plan.groups = p.rows * plan.chunks;
+  return plan;
+}
+
+// Whether the fast kernels take the problem at all.
+bool Fast(const Problem& p) {
+  if (!p.fast_dtypes || p.rows < 1) return false;
+  return p.row_length % VectorValues(p) == 0 &&
+         RowVectors(p) <= std::numeric_limits<int>::max();
+}
+
+}  // namespace
+
+int GridForwardSharedBytes(int rows_per_thread) {
+  return std::max(1, rows_per_thread - kForwardRegisterRows) * kGridThreads * 16;
+}
+
+// x's and dy's slots, which then hold the weight-gradient sums of the thread
+// groups (a float per element of a 16-byte vector, per thread).
+int GridBackwardSharedBytes(int rows_per_thread, DType dtype) {
+  const int slots = rows_per_thread + std::max(0, rows_per_thread - kDyRegisterRows);
+  return std::max(slots * kGridThreads * 16,
+                  kGridThreads * (16 / ElementBytes(dtype)) * static_cast<int>(sizeof(float)));
+}
+
+Plan PlanForward(const Problem& p, const DeviceModel& device) {
+  if (!Fast(p)) return Plan{};
+  if (auto plan = FewRows(p, device)) return *plan;
+  if (auto plan = RowTeamsForward(p, device)) return *plan;
+  if (auto plan = GridRows(p, device, Kernel::kGridForward, kMaxGridForwardRows,
+                           GridForwardSharedBytes, p.chunk_sums)) {
+    return *plan;
+  }
+  if (auto plan = SharedRow(p, device)) return *plan;
+  if (auto plan = SplitRows(p, kSplitForwardValues)) return *plan;
+  return Plan{};
+}
+
+Plan PlanBackward(const Problem& p, const DeviceModel& device) {
+  if (!Fast(p) || p.num_partials < 1) return Plan{};
+  if (auto plan = RowTeamsBackward(p, device)) return *plan;
+  const auto backward_bytes = [&](int rows_per_thread) {
+    return GridBackwardSharedBytes(rows_per_thread, p.dtype);
+  };
+  if (auto plan = GridRows(p, device, Kernel::kGridBackward, kMaxGridRows,
+                           backward_bytes, p.num_partials * p.row_length)) {
+    return *plan;
+  }
+  if (auto plan = SplitRows(p, kSplitBackwardValues)) {
+    plan->segments = std::min(p.num_partials,
+                              std::max<int64_t>(1, p.rows / kRowsPerSegment));
+    plan->groups = plan->segments * plan->chunks;
+    return *plan;
+  }
+  return Plan{};
+}
+
+const char* PathName(Path path) {
+  switch (path) {
+    case Path::kFewRows: return "few_rows";
+    case Path::kRowPerBlock: return "row_per_block";
+    case Path::kRowsPerBlock: return "rows_per_block";
+    case Path::kRowTeams: return "row_teams";
+    case Path::kGridRows: return "grid_rows";
+    case Path::kSharedRow: return "shared_row";
+    case Path::kSplitRows: return "split_rows";
+    case Path::kApexSeed: return "apex_seed";
+  }
+  return "unknown";
+}
+
+}  // namespace gpu_ops

@@ -1,0 +1,178 @@
+// Which CUDA kernel computes an RMS norm, and in what launch shape: one plan
+// per direction, decided here and nowhere else.
+//
+// The planner is plain host code, compiled into every build, with or
+// without CUDA: what it needs to know about a GPU comes through the
+// DeviceModel interface (whether it runs clusters, and how many blocks of a
+// kernel it holds at once). On a GPU the handlers answer those questions
+// with CUDA's occupancy calculator (rms_norm_cuda.cu); elsewhere Python can
+// ask for the plan a described GPU would get (module.cc), which is how the
+// tests check every shape class without a GPU. The launchers in the .cu
+// files execute a plan and decide nothing.
+//
+// The paths, in the order the planner tries them:
+// forward
+//   kFewRows      a block per row and a thread per 16-byte vector, when the
+//                 GPU holds every row's block at once (rms_norm_fast.cu);
+//   kRowPerBlock  16-bit rows of more than 512 vectors: a row a block;
+//   kRowsPerBlock shorter rows: a block takes several rows, each thread
+//                 keeping all its loads of them in flight;
+//   kRowTeams     rows over a cluster of blocks (Hopper), or more rows than a
+//                 grid has blocks: teams streaming rows through shared memory;
+//   kGridRows     rows too long for a cluster, when the whole GPU holds x at
+//                 once: one cooperative kernel (rms_norm_grid_rows.cu);
+//   kSharedRow    the rest of the rows a cluster holds in shared memory
+//                 (Hopper; rms_norm_shared_rows.cu);
+//   kSplitRows    the rest: each row over many blocks, in two passes
+//                 (rms_norm_split_rows.cu);
+//   kApexSeed     what the fast kernels do not take (other dtypes, rows not
+//                 of whole 16-byte vectors, unaligned buffers): the seed's
+//                 kernels (rms_norm_apex_seed.cu).
+// backward: kRowTeams, kGridRows, kSplitRows, kApexSeed, likewise.
+#ifndef GPU_OPS_RMS_NORM_PLAN_H_
+#define GPU_OPS_RMS_NORM_PLAN_H_
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace gpu_ops {
+
+constexpr int kWarpSize = 32;
+constexpr int kMaxThreads = 1024;                       // threads in a block
+constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;   // blocks in gridDim.x
+constexpr int kMaxCluster = 8;  // Hopper's portable cluster limit
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Row teams (rms_norm_fast.cu).
+constexpr int kTeamBlockThreads = 512;  // block size when teams share a block
+// Registers per thread are capped at 64 by __launch_bounds__(1024). A thread
+// holds its values of the weight and of the row it works on (in the
+// backward, of dy as well, plus weight-gradient sums): up to this many
+// values per row fit (the build fails on a register spill).
+constexpr int kMaxForwardValues = 16;
+constexpr int kMaxBackwardValues = 8;
+// Rows in the shared-memory ring of each cluster row team (RowRing): the one
+// being worked on and kStages - 1 on their way (more stages gain nothing).
+constexpr int kStages = 3;
+// 16-byte loads each thread of the forward keeps in flight when a block holds
+// a row (FastForwardKernel): a block takes kForwardLoads / vectors-per-row
+// rows. More loads per thread cost registers (16 spill) and gain nothing.
+constexpr int kForwardLoads = 4;
+
+// Grid rows (rms_norm_grid_rows.cu): blocks of kGridThreads threads.
+constexpr int kGridThreads = 1024;
+constexpr int kGridWarps = kGridThreads / kWarpSize;
+// Forward: rows a thread takes, the first kForwardRegisterRows in registers
+// and the rest in shared memory: up to 13 vectors, 208 KiB a block.
+constexpr int kMaxGridForwardRows = 16;
+constexpr int kForwardRegisterRows = 3;
+// Backward: the vectors of x go to shared memory, and those of dy to
+// registers up to kDyRegisterRows (12 of the 64 registers a thread of a
+// 1024-thread block has; with 4 or more, ptxas spilled in the bfloat16
+// kernel), the rest to shared memory: up to 13 vectors, 208 KiB a block.
+constexpr int kMaxGridRows = 8;
+constexpr int kDyRegisterRows = 3;
+
+// Shared rows (rms_norm_shared_rows.cu).
+constexpr int kSharedRowThreads = 512;
+// 16-byte vectors a thread holds in shared memory: up to 64 KiB a block, so
+// that an SM holds several blocks and one block's loads overlap another's
+// sums and stores.
+constexpr int kMaxSharedRowVectors = 8;
+
+// Split rows (rms_norm_split_rows.cu): the backward's segments (rows whose
+// weight gradient a block adds up) hold at least this many rows, so that
+// writing and adding up the partial sums stays small beside the rows.
+constexpr int64_t kRowsPerSegment = 8;
+
+// How a row is spread over threads.
+struct Shape {
+  int cluster;  // blocks per row (1: no cluster)
+  int team;     // threads per row in one block, a multiple of 32
+  int teams;    // rows a block works on at once; blockDim.x = teams * team
+  int vectors;  // 16-byte vectors per thread
+};
+
+// The fast kernels' element types.
+enum class DType { kFloat16, kBFloat16, kFloat32 };
+
+inline int ElementBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+// The kernels whose residency a plan depends on.
+enum class Kernel {
+  kFewRowsForward,    // FastForwardKernel<T, 1, 1>
+  kRowTeamsForward,   // ClusterForwardKernel<T, vectors, cluster > 1>
+  kRowTeamsBackward,  // FastBackwardKernel<T, vectors, cluster > 1>
+  kGridForward,       // GridForwardKernel<T>
+  kGridBackward,      // GridBackwardKernel<T>
+  kSharedRowForward,  // SharedRowForwardKernel<T>
+};
+
+// What the planner needs to know about a GPU.
+class DeviceModel {
+ public:
+  virtual ~DeviceModel() = default;
+  // Whether the kernels may run in clusters of blocks (Hopper code on a
+  // Hopper or newer GPU).
+  virtual bool Clusters() const = 0;
+  // How many blocks (or clusters of shape.cluster blocks) of `kernel`, for
+  // elements of `dtype`, with `shared_bytes` of dynamic shared memory each,
+  // the GPU runs at once; 0 if it cannot run one.
+  virtual int64_t Resident(Kernel kernel, DType dtype, const Shape& shape,
+                           int shared_bytes) const = 0;
+};
+
+// One call's operands, as the planner sees them.
+struct Problem {
+  int64_t rows;
+  int64_t row_length;
+  // x, the weight and the results share one float16, bfloat16 or float32
+  // dtype, `dtype`, and their buffers start on 16-byte boundaries; else only
+  // the seed's kernels take them.
+  bool fast_dtypes;
+  DType dtype;
+  int64_t chunk_sums;    // floats of the chunk_sums scratch (cuda_scratch.h)
+  int64_t num_partials;  // rows of the weight-gradient scratch (backward)
+};
+
+enum class Path {
+  kFewRows,
+  kRowPerBlock,
+  kRowsPerBlock,
+  kRowTeams,
+  kGridRows,
+  kSharedRow,
+  kSplitRows,
+  kApexSeed,
+};
+
+// A launch: `groups` blocks (or clusters) of `shape`, with `shared_bytes` of
+// dynamic shared memory each. Grid rows: `columns` vector columns a block,
+// shape.vectors rows a thread. Split rows: `chunks` blocks a row, and in the
+// backward `segments` row segments. Row teams backward: each group adds up
+// the weight gradient of `rows_per_group` rows.
+struct Plan {
+  Path path = Path::kApexSeed;
+  Shape shape = {1, 0, 1, 0};
+  int64_t groups = 0;
+  int shared_bytes = 0;
+  int columns = 0;
+  int chunks = 0;
+  int64_t segments = 0;
+  int64_t rows_per_group = 0;
+};
+
+Plan PlanForward(const Problem& problem, const DeviceModel& device);
+Plan PlanBackward(const Problem& problem, const DeviceModel& device);
+
+const char* PathName(Path path);
+
+// Shared memory of a grid-rows block whose threads take rows_per_thread rows.
+int GridForwardSharedBytes(int rows_per_thread);
+int GridBackwardSharedBytes(int rows_per_thread, DType dtype);
+
+}  // namespace gpu_ops
+
+#endif  // GPU_OPS_RMS_NORM_PLAN_H_

@@ -1,0 +1,62 @@
+"""Which CUDA kernels run an RMS norm call, on the current GPU or a described one.
+
+The CUDA handlers choose their kernels with one planner (``csrc/rms_norm_plan.h``).
+:func:`kernel_plan` asks it the question a handler asks: on the current GPU
+(``gpu=None``, in a build with CUDA), the answer the handler would act on; on
+a :class:`GpuModel`, on any machine, the answer that GPU would get, from a
+model of how many blocks it holds at once (``csrc/described_gpu.h``).
+"""
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+
+from gpu_ops import _native
+from gpu_ops import ffi_targets  # noqa: F401  (loads _native's handlers first)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuModel:
+    """The numbers of a GPU that decide its kernel plans."""
+
+    name: str
+    sms: int
+    clusters: bool  # runs thread-block clusters (sm_90 and newer)
+    shared_bytes_per_sm: int
+    shared_bytes_per_block: int  # the most one block may ask for
+    threads_per_sm: int = 2048
+    blocks_per_sm: int = 32
+    registers_per_sm: int = 65536
+
+
+#: An NVIDIA A100 (sm_80): no clusters.
+A100 = GpuModel("A100", sms=108, clusters=False,
+                shared_bytes_per_sm=167_936, shared_bytes_per_block=166_912)
+#: An NVIDIA H100 SXM (sm_90).
+H100 = GpuModel("H100", sms=132, clusters=True,
+                shared_bytes_per_sm=233_472, shared_bytes_per_block=232_448)
+
+DIRECTIONS = ("forward", "backward")
+
+
+def kernel_plan(direction, shape, dtype, gpu=None):
+    """The plan of the CUDA call on x of `shape` and `dtype` (and a weight of
+    x's dtype): a dict naming the kernel path and its launch shape.
+
+    direction: "forward" or "backward". gpu: None for the current GPU (a build
+    with CUDA kernels, on a GPU), else a :class:`GpuModel`.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if not isinstance(gpu, (GpuModel, type(None))):
+        raise TypeError(f"gpu must be a GpuModel or None, got {type(gpu).__name__}")
+    if gpu is None and not (ffi_targets.CUDA_COMPILED and jax.default_backend() == "gpu"):
+        raise ValueError("gpu=None asks the current GPU, and there is none with gpu_ops' "
+                         "CUDA kernels here: pass a GpuModel, such as kernel_plans.H100")
+    shape = tuple(shape)
+    if not shape or min(shape) < 1:
+        raise ValueError(f"shape must be a non-empty shape without zeros, got {shape}")
+    rows, row_length = math.prod(shape[:-1]), shape[-1]
+    return _native.plan(direction, rows, row_length, np.dtype(dtype).name, gpu)

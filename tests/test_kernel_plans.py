@@ -1,0 +1,118 @@
+"""The CUDA kernel planner, asked on any machine about described GPUs.
+
+Each class of shapes gets the kernels meant for it on an H100 and on an
+A100 (no clusters), and every plan launches a shape that covers its rows
+within the GPU's limits. tests/test_gpu.py runs every path on a real GPU.
+"""
+
+import hypothesis
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import pytest
+
+from gpu_ops.kernel_plans import A100, H100, GpuModel, kernel_plan
+
+ROW_PATHS = {"few_rows", "row_per_block", "rows_per_block", "row_teams"}
+
+# shape, dtype: (forward, backward) path on the H100, then on the A100
+CLASSES = [
+    ((67, 1_024), jnp.bfloat16, ("few_rows", "row_teams"), ("few_rows", "row_teams")),
+    ((16_384, 1_024), jnp.bfloat16, ("rows_per_block", "row_teams"),
+     ("rows_per_block", "row_teams")),
+    ((16_384, 16_384), jnp.bfloat16, ("row_per_block", "row_teams"),
+     ("row_per_block", "split_rows")),
+    ((16_384, 16_384), jnp.float32, ("rows_per_block", "row_teams"),
+     ("rows_per_block", "split_rows")),
+    ((16_384, 65_536), jnp.bfloat16, ("row_teams", "row_teams"), ("split_rows", "split_rows")),
+    ((32, 512 * 512), jnp.bfloat16, ("grid_rows", "grid_rows"), ("split_rows", "split_rows")),
+    ((1_024, 512 * 512), jnp.bfloat16, ("shared_row", "split_rows"),
+     ("split_rows", "split_rows")),
+    ((67, 1_024), jnp.float64, ("apex_seed", "apex_seed"), ("apex_seed", "apex_seed")),
+    ((67, 6), jnp.float32, ("apex_seed", "apex_seed"), ("apex_seed", "apex_seed")),
+]
+
+
+@pytest.mark.parametrize("shape,dtype,on_h100,on_a100", CLASSES)
+def test_each_shape_class_gets_its_kernels(shape, dtype, on_h100, on_a100):
+    for gpu, paths in ((H100, on_h100), (A100, on_a100)):
+        planned = tuple(kernel_plan(d, shape, dtype, gpu)["path"] for d in ("forward", "backward"))
+        assert planned == paths, gpu.name
+
+
+def test_long_rows_take_clusters_only_where_the_gpu_has_them():
+    h100 = kernel_plan("forward", (16_384, 65_536), jnp.bfloat16, H100)
+    assert h100["cluster"] == 4 and h100["team"] == 1024
+    backward = kernel_plan("backward", (16_384, 65_536), jnp.bfloat16, H100)
+    assert backward["cluster"] == 8
+
+
+VALUES_PER_VECTOR = {jnp.bfloat16: 8, jnp.float16: 8, jnp.float32: 4}
+
+
+def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
+    """The plan's launch takes every value of every row, within gpu's limits."""
+    values = VALUES_PER_VECTOR[dtype]
+    path, cluster, team, teams, vectors = (plan[k] for k in
+                                           ("path", "cluster", "team", "teams", "vectors"))
+    assert 1 <= plan["groups"] < 2**31
+    assert plan["shared_bytes"] <= gpu.shared_bytes_per_block
+    assert cluster == 1 or (gpu.clusters and cluster <= 8)
+    assert team * teams <= 1024
+    if path in ROW_PATHS:
+        assert team % 32 == 0
+        assert cluster * team * vectors * values >= row_length
+        if path == "row_teams" and direction == "backward":
+            assert plan["groups"] * teams * plan["rows_per_group"] >= rows
+        elif path == "row_teams":
+            assert plan["groups"] >= 1
+        else:
+            assert plan["groups"] * teams * max(1, plan["rows_per_group"]) >= rows
+    elif path == "grid_rows":
+        assert plan["groups"] * plan["columns"] * values >= row_length
+        assert vectors * (1024 // plan["columns"]) >= rows  # rows a thread x row groups
+    elif path == "split_rows":
+        assert plan["chunks"] * 256 * vectors * values >= row_length
+        assert direction == "forward" or 1 <= plan["segments"] <= rows
+    else:
+        assert path == "shared_row" and direction == "forward" and gpu.clusters
+        assert cluster * team * vectors * values >= row_length
+
+
+@hypothesis.given(rows=st.integers(1, 1 << 20), row_vectors=st.integers(1, 1 << 16),
+                  dtype=st.sampled_from(list(VALUES_PER_VECTOR)),
+                  gpu=st.sampled_from([H100, A100]),
+                  direction=st.sampled_from(["forward", "backward"]))
+def test_every_plan_covers_its_rows_within_the_gpus_limits(rows, row_vectors, dtype, gpu,
+                                                           direction):
+    row_length = row_vectors * VALUES_PER_VECTOR[dtype]
+    plan = kernel_plan(direction, (rows, row_length), dtype, gpu)
+    assert plan["path"] != "apex_seed"  # whole 16-byte vectors of a fast dtype
+    check_plan_covers(plan, direction, rows, row_length, dtype, gpu)
+
+
+@pytest.mark.parametrize("row_length", [1, 3, 5, 1_001])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_rows_of_part_vectors_take_the_seeds_kernels(row_length, direction):
+    for dtype in (jnp.bfloat16, jnp.float32):
+        assert kernel_plan(direction, (8, row_length), dtype, H100)["path"] == "apex_seed"
+
+
+def test_a_gpu_that_holds_fewer_blocks_gets_fewer_few_rows():
+    small = GpuModel("half an H100", sms=66, clusters=True, shared_bytes_per_sm=233_472,
+                     shared_bytes_per_block=232_448)
+    rows = 1_000
+    assert kernel_plan("forward", (rows, 1_024), jnp.bfloat16, H100)["path"] == "few_rows"
+    assert kernel_plan("forward", (rows, 1_024), jnp.bfloat16, small)["path"] != "few_rows"
+
+
+def test_bad_questions_get_clear_errors():
+    with pytest.raises(ValueError, match="direction"):
+        kernel_plan("sideways", (8, 1_024), jnp.float32, H100)
+    with pytest.raises(TypeError, match="GpuModel"):
+        kernel_plan("forward", (8, 1_024), jnp.float32, "H100")
+    with pytest.raises(ValueError, match="shape"):
+        kernel_plan("forward", (0, 1_024), jnp.float32, H100)
+    if jax.default_backend() != "gpu":
+        with pytest.raises(ValueError, match="GpuModel"):
+            kernel_plan("forward", (8, 1_024), jnp.float32)
