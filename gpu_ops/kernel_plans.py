@@ -1,10 +1,10 @@
 """Which CUDA kernels run an RMS norm call, on the current GPU or a described one.
 
-The CUDA handlers choose their kernels with one planner (``csrc/rms_norm_plan.h``).
+The CUDA handlers choose their kernels with one planner (``csrc/plan/rms_norm_plan.h``).
 :func:`kernel_plan` asks it the question a handler asks: on the current GPU
 (``gpu=None``, in a build with CUDA), the answer the handler would act on; on
 a :class:`GpuModel`, on any machine, the answer that GPU would get, from a
-model of how many blocks it holds at once (``csrc/described_gpu.h``).
+model of how many blocks it holds at once (``csrc/plan/described_gpu.h``).
 """
 
 import dataclasses
@@ -39,19 +39,27 @@ H100 = GpuModel("H100", sms=132, clusters=True,
                 shared_bytes_per_sm=233_472, shared_bytes_per_block=232_448)
 
 DIRECTIONS = ("forward", "backward")
+#: The kernel paths, in the order the planner tries them (rms_norm_plan.h);
+#: the last, the seed's kernels, takes every input and is never left out.
+PATHS = tuple(_native.kernel_paths)
 
 
-def kernel_plan(direction, shape, dtype, gpu=None):
+def kernel_plan(direction, shape, dtype, gpu=None, without=()):
     """The plan of the CUDA call on x of `shape` and `dtype` (and a weight of
     x's dtype): a dict naming the kernel path and its launch shape.
 
     direction: "forward" or "backward". gpu: None for the current GPU (a build
-    with CUDA kernels, on a GPU), else a :class:`GpuModel`.
+    with CUDA kernels, on a GPU), else a :class:`GpuModel`. without: names of
+    paths to leave out (PATHS, the seed's kernels excepted), for a described
+    GPU; the current GPU's handlers leave out those that the environment
+    variable GPU_OPS_PLAN_WITHOUT lists, comma-separated.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     if not isinstance(gpu, (GpuModel, type(None))):
         raise TypeError(f"gpu must be a GpuModel or None, got {type(gpu).__name__}")
+    if isinstance(without, str) or not all(isinstance(p, str) for p in without):
+        raise TypeError(f"without must be a sequence of path names, got {without!r}")
     if gpu is None and not (ffi_targets.CUDA_COMPILED and jax.default_backend() == "gpu"):
         raise ValueError("gpu=None asks the current GPU, and there is none with gpu_ops' "
                          "CUDA kernels here: pass a GpuModel, such as kernel_plans.H100")
@@ -59,4 +67,5 @@ def kernel_plan(direction, shape, dtype, gpu=None):
     if not shape or min(shape) < 1:
         raise ValueError(f"shape must be a non-empty shape without zeros, got {shape}")
     rows, row_length = math.prod(shape[:-1]), shape[-1]
-    return _native.plan(direction, rows, row_length, np.dtype(dtype).name, gpu)
+    return _native.plan(direction, rows, row_length, np.dtype(dtype).name, gpu,
+                        ",".join(without))

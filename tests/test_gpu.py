@@ -94,7 +94,7 @@ def test_more_than_two_to_the_31_elements():
 
 
 # Shapes that together take every kernel path of the planner
-# (gpu_ops/csrc/rms_norm_plan.h) in each direction, on a GPU with clusters and
+# (gpu_ops/csrc/plan/rms_norm_plan.h) in each direction, on a GPU with clusters and
 # without: 67 rows are few (a block per row, a thread per 16-byte vector),
 # 4,099 are not; 16-bit rows of 16,384 take a 1024-thread block each; rows
 # of 65,536 take a cluster; the seed's 32 x 262,144 fits the whole GPU at once
@@ -108,6 +108,7 @@ PATH_CASES = [((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
               ((67, 131_080), jnp.bfloat16), ((67, 262_144), jnp.float32),
               ((67, 6), jnp.float32), ((67, 1_024), jnp.float64)]
 WITHOUT_CLUSTERS = "GPU_OPS_PLAN_WITHOUT_CLUSTERS"
+WITHOUT_PATHS = "GPU_OPS_PLAN_WITHOUT"
 
 
 def clusters_planned():
@@ -121,6 +122,7 @@ def test_kernel_path(shape, dtype):
     check_random_op(shape, dtype, seed=3)
 
 
+@pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="paths are left out")
 def test_the_path_cases_take_every_path():
     taken = {direction: {kernel_plan(direction, shape, dtype)["path"]
                          for shape, dtype in PATH_CASES}
@@ -136,17 +138,32 @@ def test_the_path_cases_take_every_path():
     assert (max(clusters) > 1) == clusters_planned()
 
 
-@pytest.mark.skipif(os.environ.get(WITHOUT_CLUSTERS) == "1", reason="already without clusters")
-def test_the_paths_of_a_gpu_without_clusters():
-    # The plans an A100 would get, run on this GPU: a fresh process, since
-    # XLA replays recorded calls without asking the handlers again.
+def run_path_cases(environment, tests):
+    """Runs `tests` of this file's path cases in a fresh process with
+    `environment` added: XLA replays recorded calls without asking the
+    handlers again, so a plan setting needs a process of its own."""
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-         "-k", "test_kernel_path or test_the_path_cases"],
-        env={**os.environ, WITHOUT_CLUSTERS: "1"}, capture_output=True, text=True,
+         "-k", tests], env={**os.environ, **environment}, capture_output=True, text=True,
         cwd=pathlib.Path(__file__).parent)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "skipped" not in result.stdout
+
+
+@pytest.mark.skipif(os.environ.get(WITHOUT_CLUSTERS) == "1", reason="already without clusters")
+def test_the_paths_of_a_gpu_without_clusters():
+    # The plans an A100 would get, run on this GPU.
+    run_path_cases({WITHOUT_CLUSTERS: "1"}, "test_kernel_path or test_the_path_cases")
+
+
+@pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="already without those paths")
+def test_the_paths_that_take_the_rows_of_those_left_out():
+    # Without the paths for few rows, one row a block, inputs the whole GPU
+    # holds and rows a cluster holds in shared memory, the path cases take
+    # the general ones (many rows a block, row teams, split rows), as the
+    # benchmarks do to measure what each specialised path gains.
+    run_path_cases({WITHOUT_PATHS: "few_rows,row_per_block,grid_rows,shared_row"},
+                   "test_kernel_path")
 
 
 @pytest.mark.parametrize("shape", [(4_099, 1_024), (1_001, 4_096)])
@@ -258,3 +275,13 @@ def test_calls_give_the_same_results_from_cuda_graphs(rows, row_length):
             expected_dx, expected_dweight = reference.vjp(x, weight, dy)
             assert_close(dx, expected_dx)
             assert_close(dweight, expected_dweight)
+
+
+def test_a_plan_setting_that_names_no_path_is_a_clear_error():
+    code = ("import jax.numpy as jnp, gpu_ops\n"
+            "gpu_ops.rms_norm(jnp.ones((4, 1024)), jnp.ones(1024)).block_until_ready()")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, WITHOUT_PATHS: "fastest"})
+    assert result.returncode != 0
+    assert "GPU_OPS_PLAN_WITHOUT='fastest' names something other than kernel paths" in (
+        result.stderr)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from gpu_ops.kernel_plans import A100, H100, GpuModel, kernel_plan
+from gpu_ops.kernel_plans import A100, H100, PATHS, GpuModel, kernel_plan
 
 ROW_PATHS = {"few_rows", "row_per_block", "rows_per_block", "row_teams"}
 
@@ -116,3 +116,27 @@ def test_bad_questions_get_clear_errors():
     if jax.default_backend() != "gpu":
         with pytest.raises(ValueError, match="GpuModel"):
             kernel_plan("forward", (8, 1_024), jnp.float32)
+
+
+@pytest.mark.parametrize("shape,dtype,on_h100,on_a100", CLASSES)
+def test_leaving_a_path_out_gives_the_next_one_that_takes_the_rows(shape, dtype, on_h100,
+                                                                   on_a100):
+    for direction, path in zip(("forward", "backward"), on_h100):
+        if path == "apex_seed":
+            continue
+        plan = kernel_plan(direction, shape, dtype, H100, without=[path])
+        assert PATHS.index(plan["path"]) > PATHS.index(path)
+        if plan["path"] != "apex_seed":  # which takes every input
+            check_plan_covers(plan, direction, shape[0], shape[1], dtype, H100)
+    # with every fast path left out, the seed's kernels take everything
+    everything = kernel_plan("forward", shape, dtype, H100, without=PATHS[:-1])
+    assert everything["path"] == "apex_seed"
+
+
+def test_only_paths_can_be_left_out():
+    with pytest.raises(ValueError, match="kernel paths"):
+        kernel_plan("forward", (8, 1_024), jnp.float32, H100, without=["fastest"])
+    with pytest.raises(ValueError, match="kernel paths"):
+        kernel_plan("forward", (8, 1_024), jnp.float32, H100, without=["apex_seed"])
+    with pytest.raises(TypeError, match="sequence of path names"):
+        kernel_plan("forward", (8, 1_024), jnp.float32, H100, without="grid_rows")

@@ -19,10 +19,10 @@
 #include <tuple>
 #include <type_traits>
 
-#include "cuda_common.cuh"
-#include "dependent_launch.cuh"
-#include "dtype_dispatch.h"
-#include "rms_norm_checks.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/dependent_launch.cuh"
+#include "kernels/dtype_dispatch.h"
+#include "ffi/rms_norm_checks.h"
 
 // Everything here is inline or a template: each file that includes this
 // header may use it, and the linker keeps one copy.

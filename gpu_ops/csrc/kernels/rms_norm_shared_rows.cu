@@ -20,10 +20,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda_common.cuh"
-#include "dependent_launch.cuh"
-#include "fast_kernels_common.cuh"
-#include "rms_norm_cuda_kernels.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/dependent_launch.cuh"
+#include "kernels/fast_kernels_common.cuh"
+#include "kernels/rms_norm_cuda_kernels.h"
 
 namespace gpu_ops {
 namespace {

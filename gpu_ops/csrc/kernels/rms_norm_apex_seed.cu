@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda_common.cuh"
-#include "dtype_dispatch.h"
-#include "rms_norm_cuda_kernels.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/dtype_dispatch.h"
+#include "kernels/rms_norm_cuda_kernels.h"
 
 namespace gpu_ops {
 namespace {

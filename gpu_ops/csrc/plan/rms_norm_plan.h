@@ -164,10 +164,32 @@ struct Plan {
   int64_t rows_per_group = 0;
 };
 
-Plan PlanForward(const Problem& problem, const DeviceModel& device);
-Plan PlanBackward(const Problem& problem, const DeviceModel& device);
+// Paths the planner must not take, as a set of bits (1 << Path): to measure
+// a path against the one it would otherwise leave to, and to run every path
+// on one GPU. The seed's kernels, which take every input, stay.
+using PathSet = uint32_t;
+
+inline bool Contains(PathSet paths, Path path) {
+  return (paths >> static_cast<int>(path)) & 1u;
+}
+
+Plan PlanForward(const Problem& problem, const DeviceModel& device,
+                 PathSet without = 0);
+Plan PlanBackward(const Problem& problem, const DeviceModel& device,
+                  PathSet without = 0);
 
 const char* PathName(Path path);
+
+// The set of the comma-separated path names in `names` (PathName's), or
+// false if one is not the name of a path that may be left out.
+bool ParsePaths(const std::string& names, PathSet* paths);
+
+// What the environment asks the CUDA handlers to leave out of their plans:
+// GPU_OPS_PLAN_WITHOUT, a comma-separated list of paths (into *paths; false,
+// with the variable's value in *names, if it names anything else), and
+// GPU_OPS_PLAN_WITHOUT_CLUSTERS=1, planning as for a GPU without clusters.
+bool PathsLeftOutByEnvironment(PathSet* paths, std::string* names);
+bool ClustersLeftOutByEnvironment();
 
 // Shared memory of a grid-rows block whose threads take rows_per_thread rows.
 int GridForwardSharedBytes(int rows_per_thread);

@@ -6,21 +6,21 @@
 // - RmsNormForwardCudaApexSeed / RmsNormBackwardCudaApexSeed: the seed's
 //   kernels only, kept selectable as the baseline the benchmarks compare with.
 //
-// GPU_OPS_PLAN_WITHOUT_CLUSTERS=1 in the environment makes the planner plan
-// as for a GPU without clusters (such as an A100), so that a Hopper GPU runs
-// and tests those paths too.
+// The environment can narrow the plans (rms_norm_plan.h), so that one GPU
+// runs and measures every path: GPU_OPS_PLAN_WITHOUT_CLUSTERS=1 plans as for
+// a GPU without clusters (such as an A100), and GPU_OPS_PLAN_WITHOUT lists
+// paths to leave out.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <string>
 
-#include "cuda_common.cuh"
-#include "cuda_scratch.h"
-#include "fast_kernels_common.cuh"
-#include "rms_norm_checks.h"
-#include "rms_norm_cuda_kernels.h"
-#include "rms_norm_handlers.h"
-#include "rms_norm_plan.h"
+#include "kernels/cuda_common.cuh"
+#include "plan/cuda_scratch.h"
+#include "kernels/fast_kernels_common.cuh"
+#include "ffi/rms_norm_checks.h"
+#include "kernels/rms_norm_cuda_kernels.h"
+#include "ffi/rms_norm_handlers.h"
+#include "plan/rms_norm_plan.h"
 
 namespace gpu_ops {
 namespace {
@@ -31,8 +31,7 @@ enum class Kernels { kFast, kApexSeed };
 class CurrentGpu final : public DeviceModel {
  public:
   bool Clusters() const override {
-    const char* without = std::getenv("GPU_OPS_PLAN_WITHOUT_CLUSTERS");
-    return RunsClusters() && !(without && std::strcmp(without, "1") == 0);
+    return RunsClusters() && !ClustersLeftOutByEnvironment();
   }
   int64_t Resident(Kernel kernel, DType dtype, const Shape& shape,
                    int shared_bytes) const override {
@@ -50,6 +49,17 @@ class CurrentGpu final : public DeviceModel {
     return 0;
   }
 };
+
+// The paths GPU_OPS_PLAN_WITHOUT leaves out of the plans.
+ffi::Error PathsLeftOut(PathSet* paths) {
+  std::string names;
+  if (PathsLeftOutByEnvironment(paths, &names)) return ffi::Error::Success();
+  return ffi::Error::InvalidArgument(
+      "GPU_OPS_PLAN_WITHOUT='" + names +
+      "' names something other than kernel paths that may be left out "
+      "(few_rows, row_per_block, rows_per_block, row_teams, grid_rows, "
+      "shared_row, split_rows)");
+}
 
 ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
                          const ForwardBuffers& b, RowGeometry g, double eps) {
@@ -115,7 +125,9 @@ ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
                           FastBuffers(x, w, *y, *inv_rms),
                           PlanDType(x.element_type()),
                           static_cast<int64_t>(chunk_sums->element_count()), 0};
-    plan = PlanForward(problem, CurrentGpu());
+    PathSet without = 0;
+    if (auto err = PathsLeftOut(&without); err.failure()) return err;
+    plan = PlanForward(problem, CurrentGpu(), without);
   }
   return LaunchForward(stream, plan, buffers, g, eps);
 }
@@ -168,7 +180,9 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
         PlanDType(x.element_type()),
         static_cast<int64_t>(chunk_sums->element_count()),
         partials->dimensions()[0]};
-    plan = PlanBackward(problem, CurrentGpu());
+    PathSet without = 0;
+    if (auto err = PathsLeftOut(&without); err.failure()) return err;
+    plan = PlanBackward(problem, CurrentGpu(), without);
   }
   return LaunchBackward(stream, plan, buffers, g);
 }
@@ -202,12 +216,12 @@ auto BackwardBinding() {
 
 }  // namespace
 
-Plan PlanForwardOnCurrentGpu(const Problem& problem) {
-  return PlanForward(problem, CurrentGpu());
+Plan PlanForwardOnCurrentGpu(const Problem& problem, PathSet without) {
+  return PlanForward(problem, CurrentGpu(), without);
 }
 
-Plan PlanBackwardOnCurrentGpu(const Problem& problem) {
-  return PlanBackward(problem, CurrentGpu());
+Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without) {
+  return PlanBackward(problem, CurrentGpu(), without);
 }
 
 // [handler-symbols]

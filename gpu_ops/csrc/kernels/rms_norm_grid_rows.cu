@@ -42,9 +42,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "cuda_common.cuh"
-#include "fast_kernels_common.cuh"
-#include "rms_norm_cuda_kernels.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/fast_kernels_common.cuh"
+#include "kernels/rms_norm_cuda_kernels.h"
 
 namespace gpu_ops {
 namespace {

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "rms_norm_plan.h"
+#include "plan/rms_norm_plan.h"
 
 namespace gpu_ops {
 

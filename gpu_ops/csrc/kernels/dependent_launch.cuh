@@ -21,7 +21,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 // Everything here is inline or a template: each file that includes this
 // header may use it, and the linker keeps one copy.

@@ -6,10 +6,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda_scratch.h"
-#include "described_gpu.h"
-#include "rms_norm_handlers.h"
-#include "rms_norm_plan.h"
+#include "plan/cuda_scratch.h"
+#include "plan/described_gpu.h"
+#include "ffi/rms_norm_handlers.h"
+#include "plan/rms_norm_plan.h"
 #include "xla/ffi/api/c_api.h"
 
 namespace py = pybind11;
@@ -73,8 +73,18 @@ py::dict PlanDict(const gpu_ops::Plan& plan) {
   return d;
 }
 
+gpu_ops::PathSet Paths(const std::string& names, const char* what) {
+  gpu_ops::PathSet paths = 0;
+  if (!gpu_ops::ParsePaths(names, &paths)) {
+    throw std::invalid_argument(
+        std::string(what) + " '" + names +
+        "' names something other than kernel paths that may be left out");
+  }
+  return paths;
+}
+
 py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
-              const std::string& dtype, py::object gpu) {
+              const std::string& dtype, py::object gpu, const std::string& without) {
   if (direction != "forward" && direction != "backward") {
     throw std::invalid_argument("direction must be 'forward' or 'backward', got '" +
                                 direction + "'");
@@ -86,8 +96,19 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
   const gpu_ops::Problem problem = CallProblem(rows, row_length, dtype);
   if (gpu.is_none()) {
 #ifdef GPU_OPS_WITH_CUDA
-    return PlanDict(forward ? gpu_ops::PlanForwardOnCurrentGpu(problem)
-                            : gpu_ops::PlanBackwardOnCurrentGpu(problem));
+    // The handlers' plan: what GPU_OPS_PLAN_WITHOUT leaves out, and nothing else.
+    if (!without.empty()) {
+      throw std::invalid_argument(
+          "without applies to a described GPU; the current GPU's plans leave out "
+          "what GPU_OPS_PLAN_WITHOUT names");
+    }
+    std::string names;
+    gpu_ops::PathSet left_out = 0;
+    if (!gpu_ops::PathsLeftOutByEnvironment(&left_out, &names)) {
+      Paths(names, "GPU_OPS_PLAN_WITHOUT");  // throws, naming the variable
+    }
+    return PlanDict(forward ? gpu_ops::PlanForwardOnCurrentGpu(problem, left_out)
+                            : gpu_ops::PlanBackwardOnCurrentGpu(problem, left_out));
 #else
     throw std::invalid_argument(
         "gpu=None asks the current GPU, and this build has no CUDA kernels");
@@ -102,8 +123,9 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
       gpu.attr("shared_bytes_per_sm").cast<int>(),
       gpu.attr("shared_bytes_per_block").cast<int>()};
   const gpu_ops::DescribedGpu described(numbers);
-  return PlanDict(forward ? gpu_ops::PlanForward(problem, described)
-                          : gpu_ops::PlanBackward(problem, described));
+  const gpu_ops::PathSet left_out = Paths(without, "without");
+  return PlanDict(forward ? gpu_ops::PlanForward(problem, described, left_out)
+                          : gpu_ops::PlanBackward(problem, described, left_out));
 }
 
 }  // namespace
@@ -129,10 +151,17 @@ PYBIND11_MODULE(_native, m) {
   m.def("chunk_sums_per_row", &gpu_ops::ChunkSumsPerRow, py::arg("row_length"),
         "Floats a row takes in the CUDA calls' chunk-sums scratch vector (0 "
         "for rows the split-row kernels do not take).");
+  py::list paths;
+  for (int i = 0; i <= static_cast<int>(gpu_ops::Path::kApexSeed); ++i) {
+    paths.append(gpu_ops::PathName(static_cast<gpu_ops::Path>(i)));
+  }
+  m.attr("kernel_paths") = py::tuple(paths);
   m.def("plan", &Plan, py::arg("direction"), py::arg("rows"),
         py::arg("row_length"), py::arg("dtype"), py::arg("gpu"),
+        py::arg("without"),
         "The CUDA kernel plan of a call: on the current GPU (gpu=None), or on "
-        "a GPU described by gpu's numbers (gpu_ops.kernel_plans.GpuModel).");
+        "a GPU described by gpu's numbers (gpu_ops.kernel_plans.GpuModel), "
+        "leaving out the comma-separated paths `without`.");
   m.def("dweight_partial_rows", &gpu_ops::DweightPartialRows, py::arg("rows"),
         py::arg("row_length"),
         "Height of the CUDA backward's weight-gradient scratch matrix.");

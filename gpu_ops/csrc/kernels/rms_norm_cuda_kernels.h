@@ -18,8 +18,8 @@
 
 #include <cstdint>
 
-#include "rms_norm_checks.h"
-#include "rms_norm_plan.h"
+#include "ffi/rms_norm_checks.h"
+#include "plan/rms_norm_plan.h"
 
 namespace gpu_ops {
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "rms_norm_plan.h"
+#include "plan/rms_norm_plan.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gpu_ops {

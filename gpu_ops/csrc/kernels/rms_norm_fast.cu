@@ -35,12 +35,12 @@
 #include <optional>
 #include <type_traits>
 
-#include "cuda_common.cuh"
-#include "cuda_scratch.h"
-#include "dependent_launch.cuh"
-#include "dtype_dispatch.h"
-#include "fast_kernels_common.cuh"
-#include "rms_norm_cuda_kernels.h"
+#include "kernels/cuda_common.cuh"
+#include "plan/cuda_scratch.h"
+#include "kernels/dependent_launch.cuh"
+#include "kernels/dtype_dispatch.h"
+#include "kernels/fast_kernels_common.cuh"
+#include "kernels/rms_norm_cuda_kernels.h"
 
 namespace gpu_ops {
 namespace {

@@ -1,9 +1,10 @@
-#include "rms_norm_plan.h"
+#include "plan/rms_norm_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 
-#include "cuda_scratch.h"
+#include "plan/cuda_scratch.h"
 
 namespace gpu_ops {
 namespace {
@@ -49,9 +50,12 @@ int RingBytes(const Shape& shape, int arrays) {
 // storing it, and more threads a row with fewer rows a block shorten that.
 // Rows of more than 512 vectors keep the other shapes: blocks of 1024
 // threads won for some of them and lost for others.
-std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device) {
+std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device,
+                            PathSet without) {
   const int64_t row_vectors = RowVectors(p);
-  if (row_vectors > kTeamBlockThreads) return std::nullopt;
+  if (Contains(without, Path::kFewRows) || row_vectors > kTeamBlockThreads) {
+    return std::nullopt;
+  }
   const int team = static_cast<int>(CeilDiv(row_vectors, kWarpSize)) * kWarpSize;
   const Shape one_vector{1, team, 1, 1};
   if (p.rows > device.Resident(Kernel::kFewRowsForward, p.dtype,
@@ -65,7 +69,8 @@ std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device) {
   return plan;
 }
 
-std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device) {
+std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
+                                    PathSet without) {
   const std::optional<Shape> shape = RowTeamShape(
       RowVectors(p), kMaxForwardValues / VectorValues(p), MaxCluster(device));
   if (!shape) return std::nullopt;
@@ -73,8 +78,9 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device)
   plan.shape = *shape;
   // 16-bit rows in blocks of more than 512 threads: one row a block, two
   // blocks an SM.
-  if (ElementBytes(p.dtype) == 2 && shape->cluster == 1 &&
-      shape->team > kMaxThreads / 2 && p.rows <= kMaxGrid) {
+  if (!Contains(without, Path::kRowPerBlock) && ElementBytes(p.dtype) == 2 &&
+      shape->cluster == 1 && shape->team > kMaxThreads / 2 &&
+      p.rows <= kMaxGrid) {
     plan.path = Path::kRowPerBlock;
     plan.groups = p.rows;
     return plan;
@@ -82,7 +88,8 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device)
   // A block holds a row, and a grid covers all rows: one block per
   // kForwardLoads / vectors rows.
   const int rows_per_block = std::max(1, kForwardLoads / shape->vectors);
-  if (shape->cluster == 1 && CeilDiv(p.rows, rows_per_block) <= kMaxGrid) {
+  if (!Contains(without, Path::kRowsPerBlock) && shape->cluster == 1 &&
+      CeilDiv(p.rows, rows_per_block) <= kMaxGrid) {
     plan.path = Path::kRowsPerBlock;
     plan.groups = CeilDiv(p.rows, rows_per_block);
     plan.rows_per_group = rows_per_block;
@@ -90,6 +97,7 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device)
   }
   // Rows over a cluster (or more rows than a grid's blocks): as many groups
   // as run at once, each working through many rows.
+  if (Contains(without, Path::kRowTeams)) return std::nullopt;
   plan.shared_bytes = RingBytes(*shape, 1);
   const int64_t resident = device.Resident(
       Kernel::kRowTeamsForward, p.dtype, *shape, plan.shared_bytes);
@@ -100,7 +108,9 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device)
 }
 
 std::optional<Plan> RowTeamsBackward(const Problem& p,
-                                     const DeviceModel& device) {
+                                     const DeviceModel& device,
+                                     PathSet without) {
+  if (Contains(without, Path::kRowTeams)) return std::nullopt;
   // Rows per team (the kernel counts them in 32 bits).
   const int64_t rows_per_partial = CeilDiv(p.rows, p.num_partials);
   if (rows_per_partial > std::numeric_limits<int>::max()) return std::nullopt;
@@ -127,8 +137,12 @@ std::optional<Plan> RowTeamsBackward(const Problem& p,
 template <typename SharedBytes>
 std::optional<Plan> GridRows(const Problem& p, const DeviceModel& device,
                              Kernel kernel, int max_rows,
-                             SharedBytes shared_bytes, int64_t sums_room) {
-  if (p.rows > int64_t{max_rows} * kGridWarps) return std::nullopt;
+                             SharedBytes shared_bytes, int64_t sums_room,
+                             PathSet without) {
+  if (Contains(without, Path::kGridRows) ||
+      p.rows > int64_t{max_rows} * kGridWarps) {
+    return std::nullopt;
+  }
   for (int columns = kWarpSize; columns <= kGridThreads; columns *= 2) {
     const int rows_per_thread =
         static_cast<int>(CeilDiv(p.rows, kGridThreads / columns));
@@ -149,8 +163,11 @@ std::optional<Plan> GridRows(const Problem& p, const DeviceModel& device,
   return std::nullopt;
 }
 
-std::optional<Plan> SharedRow(const Problem& p, const DeviceModel& device) {
-  if (!device.Clusters()) return std::nullopt;
+std::optional<Plan> SharedRow(const Problem& p, const DeviceModel& device,
+                              PathSet without) {
+  if (Contains(without, Path::kSharedRow) || !device.Clusters()) {
+    return std::nullopt;
+  }
   // The largest cluster, so that the row's parts are small and an SM holds
   // several.
   for (int cluster = kMaxCluster; cluster >= 2; cluster /= 2) {
@@ -171,8 +188,11 @@ std::optional<Plan> SharedRow(const Problem& p, const DeviceModel& device) {
 }
 
 // Rows longer than kSplitRowsAbove (shorter ones have no chunk sums).
-std::optional<Plan> SplitRows(const Problem& p, int values_per_thread) {
-  if (p.row_length <= kSplitRowsAbove) return std::nullopt;
+std::optional<Plan> SplitRows(const Problem& p, int values_per_thread,
+                              PathSet without) {
+  if (Contains(without, Path::kSplitRows) || p.row_length <= kSplitRowsAbove) {
+    return std::nullopt;
+  }
   Plan plan;
   plan.path = Path::kSplitRows;
   plan.shape = Shape{1, kSplitThreads, 1, values_per_thread / VectorValues(p)};
@@ -203,30 +223,31 @@ int GridBackwardSharedBytes(int rows_per_thread, DType dtype) {
                   kGridThreads * (16 / ElementBytes(dtype)) * static_cast<int>(sizeof(float)));
 }
 
-Plan PlanForward(const Problem& p, const DeviceModel& device) {
+Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without) {
   if (!Fast(p)) return Plan{};
-  if (auto plan = FewRows(p, device)) return *plan;
-  if (auto plan = RowTeamsForward(p, device)) return *plan;
+  if (auto plan = FewRows(p, device, without)) return *plan;
+  if (auto plan = RowTeamsForward(p, device, without)) return *plan;
   if (auto plan = GridRows(p, device, Kernel::kGridForward, kMaxGridForwardRows,
-                           GridForwardSharedBytes, p.chunk_sums)) {
+                           GridForwardSharedBytes, p.chunk_sums, without)) {
     return *plan;
   }
-  if (auto plan = SharedRow(p, device)) return *plan;
-  if (auto plan = SplitRows(p, kSplitForwardValues)) return *plan;
+  if (auto plan = SharedRow(p, device, without)) return *plan;
+  if (auto plan = SplitRows(p, kSplitForwardValues, without)) return *plan;
   return Plan{};
 }
 
-Plan PlanBackward(const Problem& p, const DeviceModel& device) {
+Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without) {
   if (!Fast(p) || p.num_partials < 1) return Plan{};
-  if (auto plan = RowTeamsBackward(p, device)) return *plan;
+  if (auto plan = RowTeamsBackward(p, device, without)) return *plan;
   const auto backward_bytes = [&](int rows_per_thread) {
     return GridBackwardSharedBytes(rows_per_thread, p.dtype);
   };
   if (auto plan = GridRows(p, device, Kernel::kGridBackward, kMaxGridRows,
-                           backward_bytes, p.num_partials * p.row_length)) {
+                           backward_bytes, p.num_partials * p.row_length,
+                           without)) {
     return *plan;
   }
-  if (auto plan = SplitRows(p, kSplitBackwardValues)) {
+  if (auto plan = SplitRows(p, kSplitBackwardValues, without)) {
     plan->segments = std::min(p.num_partials,
                               std::max<int64_t>(1, p.rows / kRowsPerSegment));
     plan->groups = plan->segments * plan->chunks;
@@ -247,6 +268,38 @@ const char* PathName(Path path) {
     case Path::kApexSeed: return "apex_seed";
   }
   return "unknown";
+}
+
+bool ParsePaths(const std::string& names, PathSet* paths) {
+  *paths = 0;
+  size_t start = 0;
+  while (start <= names.size()) {
+    const size_t end = std::min(names.find(',', start), names.size());
+    const std::string name = names.substr(start, end - start);
+    if (!name.empty()) {
+      bool known = false;
+      for (int i = 0; i < static_cast<int>(Path::kApexSeed); ++i) {
+        if (name == PathName(static_cast<Path>(i))) {
+          *paths |= PathSet{1} << i;
+          known = true;
+        }
+      }
+      if (!known) return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+bool PathsLeftOutByEnvironment(PathSet* paths, std::string* names) {
+  const char* value = std::getenv("GPU_OPS_PLAN_WITHOUT");
+  *names = value == nullptr ? "" : value;
+  return ParsePaths(*names, paths);
+}
+
+bool ClustersLeftOutByEnvironment() {
+  const char* value = std::getenv("GPU_OPS_PLAN_WITHOUT_CLUSTERS");
+  return value != nullptr && std::string(value) == "1";
 }
 
 }  // namespace gpu_ops

@@ -11,7 +11,7 @@
 #ifndef GPU_OPS_RMS_NORM_HANDLERS_H_
 #define GPU_OPS_RMS_NORM_HANDLERS_H_
 
-#include "rms_norm_plan.h"
+#include "plan/rms_norm_plan.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gpu_ops {
@@ -25,10 +25,11 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
 // The seed's kernels alone, the baseline the benchmarks compare with.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCudaApexSeed);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCudaApexSeed);
-// The plans the handlers make on the current GPU (with the same occupancy
-// answers and the same GPU_OPS_PLAN_WITHOUT_CLUSTERS setting).
-Plan PlanForwardOnCurrentGpu(const Problem& problem);
-Plan PlanBackwardOnCurrentGpu(const Problem& problem);
+// The plans the handlers make on the current GPU, given the paths that
+// GPU_OPS_PLAN_WITHOUT leaves out (with the same occupancy answers and the
+// same GPU_OPS_PLAN_WITHOUT_CLUSTERS setting).
+Plan PlanForwardOnCurrentGpu(const Problem& problem, PathSet without);
+Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without);
 #endif
 
 }  // namespace gpu_ops

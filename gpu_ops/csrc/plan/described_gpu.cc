@@ -1,4 +1,4 @@
-#include "described_gpu.h"
+#include "plan/described_gpu.h"
 
 #include <algorithm>
 
