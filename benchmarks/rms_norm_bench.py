@@ -2,7 +2,7 @@
 
     python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N] [--row-len N ...]
                                         [--rows N ...] [--dtype NAME ...] [--impl NAME ...]
-                                        [--resume]
+                                        [--resume] [--without PATH ...]
 
 Each case is timed on one device, in one run, for each implementation:
 gpu_ops' default (fast) kernels, and on a GPU the seed's apex-derived
@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import gpu_ops
+from gpu_ops import kernel_plans
 
 GPU_CASES = [
     *[(dtype, rows, row_len)
@@ -216,6 +217,8 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
         "commit": commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    if os.environ.get("GPU_OPS_PLAN_WITHOUT"):  # a partial run (--without)
+        common["plan_without"] = os.environ["GPU_OPS_PLAN_WITHOUT"]
     bandwidth = copy_gbps(copy_bytes, calls, repeats)
     print(f"{device.device_kind}: copy bandwidth {bandwidth:.0f} GB/s", flush=True)
     records = list(done)
@@ -299,12 +302,27 @@ def main(argv=None):
                         help="only the cases of these dtypes")
     parser.add_argument("--impl", nargs="+", choices=["gpu_ops", "apex_seed", "pallas", "xla"],
                         help="only these implementations (a partial run, not a results file)")
+    parser.add_argument("--without", nargs="+", metavar="PATH",
+                        help="kernel paths the CUDA handlers leave out of their plans "
+                             "(GPU_OPS_PLAN_WITHOUT; gpu_ops.kernel_plans.PATHS): to measure a "
+                             "path against the one that takes its rows otherwise (a partial "
+                             "run, not a results file)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the whole cases already in the output file and measure the "
                              "rest (a full run can outlast one call to a GPU machine)")
     args = parser.parse_args(argv)
     if args.impl and not args.out:
         parser.error("--impl times part of the implementations: give --out, so the results file stays whole")
+    if args.without:
+        if not args.out:
+            parser.error("--without times other kernels than gpu_ops': give --out, so the "
+                         "results file stays gpu_ops' own")
+        unknown = set(args.without) - set(kernel_plans.PATHS[:-1])
+        if unknown:
+            parser.error(f"--without: {sorted(unknown)} are not among the paths that can be "
+                         f"left out, {kernel_plans.PATHS[:-1]}")
+        # Before anything runs: the handlers read it when they plan a call.
+        os.environ["GPU_OPS_PLAN_WITHOUT"] = ",".join(args.without)
     on_gpu = jax.default_backend() == "gpu"
     if not on_gpu:
         print("No GPU: running small CPU cases to show the method (not the kernels' speed).")

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 import pathlib
 
 import jax
@@ -63,6 +64,24 @@ def test_a_resumed_run_keeps_whole_cases_and_measures_a_cut_one_again(tmp_path):
     assert sorted(timed) == sorted((r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"])
                                    for r in whole)
     assert all(r["median_us"] > 0 for r in resumed)  # the cut case is timed again, whole
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
+def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys, monkeypatch):
+    bench = _load("rms_norm_bench")
+    with pytest.raises(SystemExit):
+        bench.main(["--without", "grid_rows"])
+    assert "give --out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--without", "fastest", "--out", str(tmp_path / "a.json")])
+    assert "not among the paths" in capsys.readouterr().err
+    monkeypatch.delenv("GPU_OPS_PLAN_WITHOUT", raising=False)
+    out = tmp_path / "without.json"
+    bench.main(["--out", str(out), "--repeats", "1", "--calls", "1", "--row-len", "1024",
+                "--dtype", "float32", "--without", "grid_rows", "split_rows"])
+    assert os.environ["GPU_OPS_PLAN_WITHOUT"] == "grid_rows,split_rows"
+    records = json.loads(out.read_text())
+    assert records and all(r["plan_without"] == "grid_rows,split_rows" for r in records)
 
 
 def test_harness_writes_a_partial_run_only_where_told(capsys):
