@@ -9,8 +9,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).parents[1]
 RESULTS = ROOT / "results"
+# The single-device files; multi_gpu_* and training_step_* hold other benchmarks.
 BENCHMARK_FILES = sorted(p for p in (RESULTS / "benchmarks").glob("*.json")
-                         if not p.name.startswith("multi_gpu_"))
+                         if not p.name.startswith(("multi_gpu_", "training_step_")))
 #: What the harness times on a GPU.
 GPU_IMPLS = {"gpu_ops", "apex_seed", "pallas", "xla"}
 #: Files from runs before the harness timed the Pallas kernels; a device's

@@ -1,0 +1,97 @@
+"""A small LLaMA-style decoder whose RMS norm is a parameter.
+
+Pre-norm blocks of causal self-attention (rotary position embeddings) and a
+SwiGLU MLP, a final norm and a language-model head, trained for next-token
+prediction. Every norm of the model is `norm(x, weight)`, so the training
+step can be timed with different norm implementations and the rest of the
+model unchanged (training_step_bench.py).
+"""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+    layers: int = 4
+    d_model: int = 2048
+    heads: int = 16
+    ffn: int = 5632
+    vocab: int = 32000
+    batch: int = 8
+    seq: int = 2048
+    dtype: str = "bfloat16"
+
+    @property
+    def head_dim(self):
+        return self.d_model // self.heads
+
+
+def init_params(config, key):
+    """Parameters in config.dtype: normal weights scaled by 1/sqrt(fan-in),
+    norm weights of ones."""
+    dtype = jnp.dtype(config.dtype)
+    d, f = config.d_model, config.ffn
+
+    def dense(key, fan_in, fan_out):
+        return (jax.random.normal(key, (fan_in, fan_out), jnp.float32)
+                / math.sqrt(fan_in)).astype(dtype)
+
+    keys = iter(jax.random.split(key, 2 + 7 * config.layers))
+    layers = [{"attn_norm": jnp.ones((d,), dtype),
+               "wq": dense(next(keys), d, d), "wk": dense(next(keys), d, d),
+               "wv": dense(next(keys), d, d), "wo": dense(next(keys), d, d),
+               "mlp_norm": jnp.ones((d,), dtype),
+               "w_gate": dense(next(keys), d, f), "w_up": dense(next(keys), d, f),
+               "w_down": dense(next(keys), f, d)}
+              for _ in range(config.layers)]
+    return {"embed": (jax.random.normal(next(keys), (config.vocab, d), jnp.float32)
+                      ).astype(dtype),
+            "layers": layers,
+            "final_norm": jnp.ones((d,), dtype),
+            "lm_head": dense(next(keys), d, config.vocab)}
+
+
+def rotary(x):
+    """Rotary position embedding of x (batch, seq, heads, head_dim)."""
+    seq, half = x.shape[1], x.shape[-1] // 2
+    frequencies = 10_000.0 ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = jnp.arange(seq, dtype=jnp.float32)[:, None] * frequencies
+    cos = jnp.cos(angles)[None, :, None, :]
+    sin = jnp.sin(angles)[None, :, None, :]
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x.dtype)
+
+
+def block(x, layer, norm, config):
+    batch, seq, d = x.shape
+    heads = (batch, seq, config.heads, config.head_dim)
+    h = norm(x, layer["attn_norm"])
+    q = rotary((h @ layer["wq"]).reshape(heads))
+    k = rotary((h @ layer["wk"]).reshape(heads))
+    v = (h @ layer["wv"]).reshape(heads)
+    attention = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+    x = x + attention.reshape(batch, seq, d) @ layer["wo"]
+    h = norm(x, layer["mlp_norm"])
+    return x + (jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])) @ layer["w_down"]
+
+
+def loss(params, tokens, norm, config):
+    """Mean next-token cross entropy (in float32) of tokens (batch, seq)."""
+    x = params["embed"][tokens]
+    for layer in params["layers"]:
+        x = block(x, layer, norm, config)
+    logits = (norm(x, params["final_norm"]) @ params["lm_head"]).astype(jnp.float32)
+    log_probs = jax.nn.log_softmax(logits[:, :-1])
+    targets = tokens[:, 1:, None]
+    return -jnp.mean(jnp.take_along_axis(log_probs, targets, axis=-1))
+
+
+def train_step(params, tokens, norm, config, learning_rate=1e-3):
+    """One SGD step: (new params, loss)."""
+    value, grads = jax.value_and_grad(loss)(params, tokens, norm, config)
+    params = jax.tree.map(lambda p, g: (p - learning_rate * g).astype(p.dtype), params, grads)
+    return params, value

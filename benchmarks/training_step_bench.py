@@ -1,0 +1,119 @@
+"""Time a transformer's training step with each RMS norm implementation.
+
+    python benchmarks/training_step_bench.py [--out FILE] [--steps N] [--repeats N]
+                                             [--layers N] [--d-model N] [--heads N]
+                                             [--ffn N] [--vocab N] [--batch N] [--seq N]
+
+The step (forward, backward and an SGD update) of the decoder in
+llama_decoder.py, jitted with its parameters donated, runs with each way of
+computing its norms:
+
+- "jnp": the norms in jax.numpy, which XLA fuses with their neighbours;
+- "gpu_ops": gpu_ops.rms_norm, a custom call XLA cannot fuse into anything;
+- "identity": no norms at all (x passes through). No norm can make the step
+  faster than this, so the gap between "jnp" and "identity" bounds what any
+  norm implementation can save.
+
+Each variant is compiled and warmed up; then `repeats` rounds time `steps`
+steps of every variant in turn (one synchronisation per variant and round),
+so that a drift of the GPU's clocks falls on all variants alike. The median
+time per step over the rounds is reported, with tokens per second. On a
+machine without a GPU a tiny model runs, to show the method.
+"""
+
+import argparse
+import datetime
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import gpu_ops
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import llama_decoder  # noqa: E402
+import rms_norm_bench  # noqa: E402
+
+NORMS = {
+    "jnp": rms_norm_bench.xla_rms_norm,
+    "gpu_ops": gpu_ops.rms_norm,
+    "identity": lambda x, weight: x,
+}
+#: A model small enough for a CPU, to show the method.
+CPU_CONFIG = llama_decoder.DecoderConfig(layers=2, d_model=64, heads=4, ffn=128, vocab=256,
+                                         batch=2, seq=32, dtype="float32")
+
+
+def step_function(norm, config):
+    def step(params, tokens):
+        return llama_decoder.train_step(params, tokens, norm, config)
+    return jax.jit(step, donate_argnums=0)
+
+
+def run(config, steps, repeats, norms=tuple(NORMS)):
+    """{norm: (seconds per step of each round, first loss, last loss)}."""
+    tokens = jax.random.randint(jax.random.key(1), (config.batch, config.seq), 0, config.vocab)
+    state = {}
+    for name in norms:
+        step = step_function(NORMS[name], config)
+        params = llama_decoder.init_params(config, jax.random.key(0))
+        params, first_loss = step(params, tokens)  # compile and warm up
+        params, loss = jax.block_until_ready(step(params, tokens))
+        state[name] = {"step": step, "params": params, "times": [],
+                       "first_loss": float(first_loss), "loss": loss}
+    for _ in range(repeats):
+        for s in state.values():
+            start = time.perf_counter()
+            for _ in range(steps):
+                s["params"], s["loss"] = s["step"](s["params"], tokens)
+            jax.block_until_ready(s["loss"])
+            s["times"].append((time.perf_counter() - start) / steps)
+    return {name: (s["times"], s["first_loss"], float(s["loss"])) for name, s in state.items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path,
+                        help="JSON file (default: results/benchmarks/training_step_<device>.json)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=5)
+    on_gpu = jax.default_backend() == "gpu"
+    defaults = llama_decoder.DecoderConfig() if on_gpu else CPU_CONFIG
+    for field in ("layers", "d_model", "heads", "ffn", "vocab", "batch", "seq"):
+        parser.add_argument("--" + field.replace("_", "-"), type=int,
+                            default=getattr(defaults, field))
+    args = parser.parse_args(argv)
+    if not on_gpu:
+        print("No GPU: a tiny model on the CPU, to show the method (not the norms' effect).")
+    config = llama_decoder.DecoderConfig(
+        **{f: getattr(args, f) for f in ("layers", "d_model", "heads", "ffn", "vocab",
+                                          "batch", "seq")}, dtype=defaults.dtype)
+    if config.d_model % config.heads or config.head_dim % 2:
+        parser.error("--d-model must be a multiple of --heads, with an even head size")
+    device = jax.devices()[0].device_kind
+    out = args.out or (rms_norm_bench.RESULTS
+                       / f"training_step_{rms_norm_bench.device_slug(device)}.json")
+    tokens_per_step = config.batch * config.seq
+    common = {"device": device, "jax_version": jax.__version__,
+              "commit": rms_norm_bench.commit(),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "config": {k: v for k, v in vars(config).items()},
+              "steps": args.steps, "repeats": args.repeats}
+    records = []
+    for name, (times, first_loss, last_loss) in run(config, args.steps, args.repeats).items():
+        seconds = statistics.median(times)
+        records.append({**common, "norm": name, "median_ms": round(seconds * 1e3, 3),
+                        "tokens_per_s": round(tokens_per_step / seconds),
+                        "first_loss": first_loss, "last_loss": last_loss})
+        print(f"{name:9} {seconds * 1e3:9.3f} ms per step {tokens_per_step / seconds:12.0f} "
+              f"tokens/s  loss {first_loss:.4f} -> {last_loss:.4f}")
+    out.write_text(json.dumps(records, indent=1) + "\n")
+    print(f"wrote {len(records)} records to {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
