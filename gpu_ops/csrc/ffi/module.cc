@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "ffi/rms_norm_handlers.h"
 #include "plan/cuda_scratch.h"
 #include "plan/described_gpu.h"
-#include "ffi/rms_norm_handlers.h"
 #include "plan/rms_norm_plan.h"
 #include "xla/ffi/api/c_api.h"
 

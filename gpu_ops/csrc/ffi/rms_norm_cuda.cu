@@ -14,12 +14,12 @@
 
 #include <string>
 
-#include "kernels/cuda_common.cuh"
-#include "plan/cuda_scratch.h"
-#include "kernels/fast_kernels_common.cuh"
 #include "ffi/rms_norm_checks.h"
-#include "kernels/rms_norm_cuda_kernels.h"
 #include "ffi/rms_norm_handlers.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/fast_kernels_common.cuh"
+#include "kernels/rms_norm_cuda_kernels.h"
+#include "plan/cuda_scratch.h"
 #include "plan/rms_norm_plan.h"
 
 namespace gpu_ops {

@@ -5,10 +5,10 @@
 #include <new>
 #include <vector>
 
-#include "kernels/cpu_half_types.h"
-#include "kernels/dtype_dispatch.h"
 #include "ffi/rms_norm_checks.h"
 #include "ffi/rms_norm_handlers.h"
+#include "kernels/cpu_half_types.h"
+#include "kernels/dtype_dispatch.h"
 
 namespace gpu_ops {
 namespace {

@@ -32,15 +32,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <type_traits>
 
 #include "kernels/cuda_common.cuh"
-#include "plan/cuda_scratch.h"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dtype_dispatch.h"
 #include "kernels/fast_kernels_common.cuh"
 #include "kernels/rms_norm_cuda_kernels.h"
+#include "plan/cuda_scratch.h"
 
 namespace gpu_ops {
 namespace {

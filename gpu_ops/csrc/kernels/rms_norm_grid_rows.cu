@@ -40,7 +40,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/fast_kernels_common.cuh"

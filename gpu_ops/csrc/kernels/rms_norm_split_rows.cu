@@ -32,14 +32,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "kernels/cuda_common.cuh"
-#include "plan/cuda_scratch.h"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/fast_kernels_common.cuh"
 #include "kernels/rms_norm_cuda_kernels.h"
+#include "plan/cuda_scratch.h"
 
 namespace gpu_ops {
 namespace {

@@ -5,18 +5,18 @@
 // without CUDA: what it needs to know about a GPU comes through the
 // DeviceModel interface (whether it runs clusters, and how many blocks of a
 // kernel it holds at once). On a GPU the handlers answer those questions
-// with CUDA's occupancy calculator (rms_norm_cuda.cu); elsewhere Python can
-// ask for the plan a described GPU would get (module.cc), which is how the
-// tests check every shape class without a GPU. The launchers in the .cu
-// files execute a plan and decide nothing.
+// with CUDA's occupancy calculator (ffi/rms_norm_cuda.cu); elsewhere Python
+// can ask for the plan a described GPU would get (described_gpu.h, through
+// ffi/module.cc), which is how the tests check every shape class without a
+// GPU. The launchers in kernels/ execute a plan and decide nothing.
 //
 // The paths, in the order the planner tries them:
 // forward
 //   kFewRows      a block per row and a thread per 16-byte vector, when the
 //                 GPU holds every row's block at once (rms_norm_fast.cu);
 //   kRowPerBlock  16-bit rows of more than 512 vectors: a row a block;
-//   kRowsPerBlock shorter rows: a block takes several rows, each thread
-//                 keeping all its loads of them in flight;
+//   kRowsPerBlock the other rows a block holds: a block takes one or more
+//                 rows, each thread keeping all its loads of them in flight;
 //   kRowTeams     rows over a cluster of blocks (Hopper), or more rows than a
 //                 grid has blocks: teams streaming rows through shared memory;
 //   kGridRows     rows too long for a cluster, when the whole GPU holds x at
@@ -28,12 +28,12 @@
 //   kApexSeed     what the fast kernels do not take (other dtypes, rows not
 //                 of whole 16-byte vectors, unaligned buffers): the seed's
 //                 kernels (rms_norm_apex_seed.cu).
-// backward: kRowTeams, kGridRows, kSplitRows, kApexSeed, likewise.
+// backward: kRowTeams (rows a team or cluster holds), kGridRows, kSplitRows
+// and kApexSeed, likewise.
 #ifndef GPU_OPS_RMS_NORM_PLAN_H_
 #define GPU_OPS_RMS_NORM_PLAN_H_
 
 #include <cstdint>
-#include <limits>
 #include <string>
 
 namespace gpu_ops {
