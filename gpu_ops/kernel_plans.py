@@ -44,9 +44,10 @@ DIRECTIONS = ("forward", "backward")
 PATHS = tuple(_native.kernel_paths)
 
 
-def kernel_plan(direction, shape, dtype, gpu=None, without=()):
-    """The plan of the CUDA call on x of `shape` and `dtype` (and a weight of
-    x's dtype): a dict naming the kernel path and its launch shape.
+def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None):
+    """The plan of the CUDA call on x of `shape` and `dtype` and a weight of
+    `weight_dtype` (default: x's): a dict naming the kernel path and its
+    launch shape.
 
     direction: "forward" or "backward". gpu: None for the current GPU (a build
     with CUDA kernels, on a GPU), else a :class:`GpuModel`. without: names of
@@ -67,5 +68,7 @@ def kernel_plan(direction, shape, dtype, gpu=None, without=()):
     if not shape or min(shape) < 1:
         raise ValueError(f"shape must be a non-empty shape without zeros, got {shape}")
     rows, row_length = math.prod(shape[:-1]), shape[-1]
-    return _native.plan(direction, rows, row_length, np.dtype(dtype).name, gpu,
-                        ",".join(without))
+    dtype_name = np.dtype(dtype).name
+    if weight_dtype is not None and np.dtype(weight_dtype) != np.dtype(dtype):
+        dtype_name = "mixed"  # the fast kernels take one dtype only
+    return _native.plan(direction, rows, row_length, dtype_name, gpu, ",".join(without))

@@ -5,7 +5,13 @@ A100 (no clusters), and every plan launches a shape that covers its rows
 within the GPU's limits. tests/test_gpu.py runs every path on a real GPU.
 """
 
+import importlib.util
+import pathlib
+
 import hypothesis
+import importlib.util
+import pathlib
+
 import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
@@ -140,3 +146,31 @@ def test_only_paths_can_be_left_out():
         kernel_plan("forward", (8, 1_024), jnp.float32, H100, without=["apex_seed"])
     with pytest.raises(TypeError, match="sequence of path names"):
         kernel_plan("forward", (8, 1_024), jnp.float32, H100, without="grid_rows")
+
+
+def test_the_sanitizer_workload_takes_every_path_on_an_h100():
+    path = pathlib.Path(__file__).parents[1] / "tools" / "sanitizer_workload.py"
+    spec = importlib.util.spec_from_file_location("sanitizer_workload", path)
+    workload = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(workload)
+    for direction in ("forward", "backward"):
+        taken = set()
+        for shape, x_dtype, w_dtype in workload.CASES:
+            if 0 in shape:
+                continue  # no rows: no kernel runs
+            plan = kernel_plan(direction, shape, x_dtype, H100, weight_dtype=w_dtype)
+            taken.add((plan["path"], plan["cluster"] > 1))
+        every = {("few_rows", False), ("row_per_block", False), ("rows_per_block", False),
+                 ("row_teams", True), ("grid_rows", False), ("shared_row", True),
+                 ("split_rows", False), ("apex_seed", False)}
+        if direction == "backward":
+            every = {("row_teams", False), ("row_teams", True), ("grid_rows", False),
+                     ("split_rows", False), ("apex_seed", False)}
+        assert taken == every, direction
+
+
+def test_mixed_dtypes_take_the_seeds_kernels():
+    plan = kernel_plan("forward", (8, 1_024), jnp.bfloat16, H100, weight_dtype=jnp.float32)
+    assert plan["path"] == "apex_seed"
+    same = kernel_plan("forward", (8, 1_024), jnp.bfloat16, H100, weight_dtype=jnp.bfloat16)
+    assert same["path"] != "apex_seed"
