@@ -13,8 +13,7 @@ import math
 import jax
 import numpy as np
 
-from gpu_ops import _native
-from gpu_ops import ffi_targets  # noqa: F401  (loads _native's handlers first)
+from gpu_ops import _native, ffi_targets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +45,8 @@ PATHS = tuple(_native.kernel_paths)
 
 def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None):
     """The plan of the CUDA call on x of `shape` and `dtype` and a weight of
-    `weight_dtype` (default: x's): a dict naming the kernel path and its
-    launch shape.
+    `weight_dtype` (default: x's) over x's last axis: a dict naming the
+    kernel path and its launch shape.
 
     direction: "forward" or "backward". gpu: None for the current GPU (a build
     with CUDA kernels, on a GPU), else a :class:`GpuModel`. without: names of
