@@ -59,6 +59,18 @@ GPU_CASES = [
     *[(dtype, 512, 4_096) for dtype in ("bfloat16", "float32")],  # launch overhead dominates
 ]
 CPU_CASES = [("bfloat16", 256, 1_024), ("float32", 256, 1_024), ("float32", 32, 16_384)]
+#: Cases that together take every kernel path of an H100 (gpu_ops.kernel_plans),
+#: from one row to 64 MB of x: to measure each path against the one the
+#: planner takes without it (--cases paths, with and without --without).
+PATH_CASES = [
+    ("bfloat16", 1, 4_096), ("bfloat16", 512, 1_024),  # few rows
+    ("bfloat16", 16_384, 1_024),  # rows a block holds
+    ("bfloat16", 2_048, 16_384),  # a row a 1024-thread block
+    ("bfloat16", 512, 65_536), ("bfloat16", 256, 131_072),  # a row a cluster
+    ("bfloat16", 1, 262_144), ("bfloat16", 32, 262_144), ("float32", 32, 262_144),  # grid
+    ("bfloat16", 128, 262_144),  # a row in a cluster's shared memory
+    ("float32", 64, 262_144),  # rows split over many blocks
+]
 
 
 def xla_rms_norm(x, weight, eps=1e-5):
@@ -203,12 +215,14 @@ def finished_cases(records, impls):
     return [r for r in records if case(r) in whole]
 
 
-def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=()):
+def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(),
+        record_plans=False):
     """Measure every case; rewrite `out` after each one, so a cut-off run keeps its data.
 
     timed_impls: the implementations to time (default: all); XLA's results
     are the reference of the checks either way. done: the records of cases
     already measured (a resumed run), kept in `out` and not measured again.
+    record_plans: gpu_ops' records name the kernel paths the handlers planned.
     """
     device = jax.devices()[0]
     common = {
@@ -250,6 +264,9 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
                           "row_len": row_len, "median_us": round(seconds * 1e6, 2),
                           "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 1),
                           "copy_gbps": round(bandwidth, 1)}
+                if record_plans and name == "gpu_ops":
+                    record["plan"] = {d: kernel_plans.kernel_plan(d, (rows, row_len), dtype)["path"]
+                                      for d in ("forward", "backward")}
                 records.append(record)
                 out.write_text(json.dumps(records, indent=1) + "\n")
                 print(record_line(record), flush=True)
@@ -302,6 +319,9 @@ def main(argv=None):
                         help="only the cases of these dtypes")
     parser.add_argument("--impl", nargs="+", choices=["gpu_ops", "apex_seed", "pallas", "xla"],
                         help="only these implementations (a partial run, not a results file)")
+    parser.add_argument("--cases", choices=["main", "paths"], default="main",
+                        help="the main cases (a results file), or PATH_CASES, which take "
+                             "every kernel path (a partial run; on a GPU)")
     parser.add_argument("--without", nargs="+", metavar="PATH",
                         help="kernel paths the CUDA handlers leave out of their plans "
                              "(GPU_OPS_PLAN_WITHOUT; gpu_ops.kernel_plans.PATHS): to measure a "
@@ -326,7 +346,9 @@ def main(argv=None):
     on_gpu = jax.default_backend() == "gpu"
     if not on_gpu:
         print("No GPU: running small CPU cases to show the method (not the kernels' speed).")
-    cases = GPU_CASES if on_gpu else CPU_CASES
+    if args.cases == "paths" and not (on_gpu and args.out):
+        parser.error("--cases paths times the kernel paths of a GPU: run it on one, with --out")
+    cases = PATH_CASES if args.cases == "paths" else GPU_CASES if on_gpu else CPU_CASES
     for wanted, index in ((args.dtype, 0), (args.rows, 1), (args.row_len, 2)):
         if wanted:
             cases = [case for case in cases if case[index] in wanted]
@@ -337,7 +359,8 @@ def main(argv=None):
         impls = args.impl or list(implementations(on_gpu))
         done = finished_cases(json.loads(out.read_text()), impls)
         print(f"resuming: {len(done)} records of whole cases kept from {out}")
-    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl, done)
+    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl, done,
+                  record_plans=on_gpu and (args.cases == "paths" or bool(args.without)))
     print(f"wrote {len(records)} records to {out}")
 
 

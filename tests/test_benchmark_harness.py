@@ -6,6 +6,7 @@ import os
 import pathlib
 
 import jax
+import numpy as np
 import pytest
 
 BENCHMARKS = pathlib.Path(__file__).parents[1] / "benchmarks"
@@ -82,6 +83,27 @@ def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys, monkeypatch)
     assert os.environ["GPU_OPS_PLAN_WITHOUT"] == "grid_rows,split_rows"
     records = json.loads(out.read_text())
     assert records and all(r["plan_without"] == "grid_rows,split_rows" for r in records)
+
+
+def test_the_path_cases_take_every_kernel_path_of_an_h100():
+    from gpu_ops.kernel_plans import H100, PATHS, kernel_plan
+
+    bench = _load("rms_norm_bench")
+    taken = {direction: {kernel_plan(direction, (rows, row_len), dtype, H100)["path"]
+                         for dtype, rows, row_len in bench.PATH_CASES}
+             for direction in ("forward", "backward")}
+    assert taken["forward"] == set(PATHS) - {"apex_seed"}
+    assert taken["backward"] == {"row_teams", "grid_rows", "split_rows"}
+    for dtype, rows, row_len in bench.PATH_CASES:
+        assert rows * row_len * np.dtype(dtype).itemsize <= 64 << 20
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="runs where there is no GPU")
+def test_path_cases_need_a_gpu(capsys):
+    bench = _load("rms_norm_bench")
+    with pytest.raises(SystemExit):
+        bench.main(["--cases", "paths", "--out", "/dev/null"])
+    assert "run it on one" in capsys.readouterr().err
 
 
 def test_harness_writes_a_partial_run_only_where_told(capsys):
