@@ -22,6 +22,7 @@ machine without a GPU a tiny model runs, to show the method.
 """
 
 import argparse
+import dataclasses
 import datetime
 import json
 import pathlib
@@ -101,7 +102,7 @@ def main(argv=None):
     common = {"device": device, "jax_version": jax.__version__,
               "commit": rms_norm_bench.commit(),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "config": {k: v for k, v in vars(config).items()},
+              "config": dataclasses.asdict(config),
               "steps": args.steps, "repeats": args.repeats}
     records = []
     for name, (times, first_loss, last_loss) in run(config, args.steps, args.repeats).items():
