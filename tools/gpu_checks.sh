@@ -3,6 +3,7 @@
 # whole test suite on the GPU, every chapter under nbval, and compute-sanitizer
 # on forward and backward.
 # Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
+# It writes OUTDIR/summary.json (tools/gpu_checks_summary.py) beside the logs.
 # To split a run over calls of limited length (on one machine, which keeps
 # the build): GPU_CHECKS_STEPS chooses among "tests" (the build and the test
 # suite), "chapters" and "sanitizers" (default: all three, in that order), and
@@ -18,6 +19,8 @@ export PYTHONUNBUFFERED=1
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: ${GPU_OPS_COMMIT:-$(git rev-parse --verify -q HEAD || echo "unknown (pass GPU_OPS_COMMIT)")}"
+  echo "pytest selection: ${PYTEST_ADDOPTS:-}"
+  echo "hypothesis profile: ${GPU_OPS_HYPOTHESIS_PROFILE:-long}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -n 2
   python3 -c 'import jax, jaxlib, sys; print("python", sys.version.split()[0]); print("jax", jax.__version__, "jaxlib", jaxlib.__version__); print(jax.devices())'
@@ -66,5 +69,8 @@ for tool in $sanitizers; do
   echo "== $tool exit status: $status" | tee -a "$out/compute_sanitizer.log"
   [ "$status" = 0 ] || sanitizer_status=1
 done
+# The run's short summary (tools/gpu_checks_summary.py merges several runs
+# into a machine's results file).
+python3 tools/gpu_checks_summary.py --out "$out/summary.json" "$out"
 echo "tests: $tests_status, chapters: $chapters_status, sanitizer: $sanitizer_status"
 exit $(( tests_status || chapters_status || sanitizer_status ))

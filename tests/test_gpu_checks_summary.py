@@ -1,0 +1,82 @@
+"""tools/gpu_checks_summary.py turns gpu_checks.sh's logs into one short summary."""
+
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+TOOL = pathlib.Path(__file__).parents[1] / "tools" / "gpu_checks_summary.py"
+
+ENVIRONMENT = """date: 2026-11-25T17:58:31Z
+commit: {commit}
+pytest selection: -k "not hijax"
+hypothesis profile: long
+NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB
+Cuda compilation tools, release 13.0, V13.0.88
+python 3.12.3
+jax 0.11.2 jaxlib 0.11.2
+[CudaDevice(id=0)]
+device 0: compute capability major 9, compute capability minor 0, multiprocessors 132
+"""
+TESTS = """==> Running the test suite
+....F...x [100%]
+FAILED tests/test_gpu.py::test_a[primitives] - AssertionError
+FAILED tests/test_gpu.py::test_b[primitives] - AssertionError
+2 failed, 312 passed, 3 skipped, 608 deselected, 1 xfailed in 437.76s (0:07:17)
+"""
+SANITIZER = """== compute-sanitizer --tool memcheck --kernel-name kns=gpu_ops
+========= ERROR SUMMARY: 2 errors
+== memcheck exit status: 99
+== compute-sanitizer --tool racecheck --kernel-name kns=gpu_ops
+========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
+== racecheck exit status: 0
+"""
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("gpu_checks_summary", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(folder, commit, **logs):
+    folder.mkdir()
+    (folder / "environment.txt").write_text(ENVIRONMENT.format(commit=commit))
+    for name, text in logs.items():
+        (folder / f"{name}.log").write_text(text)
+    return folder
+
+
+def test_runs_merge_into_one_summary_without_logs(tmp_path):
+    tests = _run(tmp_path / "tests", "c36ca84", build_and_tests=TESTS)
+    rest = _run(tmp_path / "rest", "1262d16", nbval="84 passed in 86.09s (0:01:26)\n",
+                compute_sanitizer=SANITIZER)
+    out = tmp_path / "h100.json"
+    _tool().main(["--out", str(out), str(tests), str(rest)])
+    summary = json.loads(out.read_text())
+    assert summary["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert summary["machine"]["jax"] == "0.11.2" and summary["machine"]["nvcc"] == "13.0"
+    tests_check, nbval, sanitizer = summary["checks"]
+    assert tests_check["commit"] == "c36ca84" and tests_check["selection"] == '-k "not hijax"'
+    assert (tests_check["passed"], tests_check["failed"], tests_check["skipped"]) == (312, 2, 3)
+    assert tests_check["failures"] == ["tests/test_gpu.py::test_a[primitives]",
+                                       "tests/test_gpu.py::test_b[primitives]"]
+    assert nbval["commit"] == "1262d16" and nbval["passed"] == 84
+    assert sanitizer["tools"] == {"memcheck": {"errors": 2, "exit_status": 99},
+                                  "racecheck": {"errors": 0, "exit_status": 0}}
+
+
+def test_a_run_cut_off_says_so(tmp_path):
+    cut = _run(tmp_path / "cut", "c36ca84", build_and_tests="==> Running\n.....")
+    _, checks = _tool().run_summary(cut)
+    assert checks == [{"check": "tests", "commit": "c36ca84", "date": "2026-11-25T17:58:31Z",
+                       "selection": '-k "not hijax"', "hypothesis_profile": "long",
+                       "completed": False}]
+
+
+def test_a_folder_that_is_no_run_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        _tool().main(["--out", str(tmp_path / "x.json"), str(tmp_path)])
+    assert "not a gpu_checks.sh output folder" in capsys.readouterr().err

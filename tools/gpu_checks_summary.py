@@ -1,0 +1,111 @@
+"""One short summary of a machine's GPU checks, from the logs gpu_checks.sh wrote.
+
+    python tools/gpu_checks_summary.py --out results/gpu/<machine>.json OUTDIR [OUTDIR ...]
+
+Each OUTDIR is one tools/gpu_checks.sh run (a long check is split over
+several, by step and by test selection); each holds its environment.txt and
+the logs of the steps it ran. The summary keeps what a reader needs and no
+log: the machine (from the last run), and for every step of every run its
+commit, date and test selection, its counts (passed, failed, skipped, ...),
+the names of failed tests, and compute-sanitizer's error counts per tool.
+"""
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+COUNTS = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed", "deselected")
+
+
+def environment(text):
+    """The fields of an environment.txt that gpu_checks.sh wrote."""
+    lines = text.splitlines()
+    fields = {"devices": [line for line in lines if line.startswith("device ")]}
+    for line in lines:
+        key, _, value = line.partition(": ")
+        if key in ("date", "commit", "pytest selection", "hypothesis profile"):
+            fields[key.replace(" ", "_")] = value
+        elif line.startswith("NVIDIA "):
+            fields["gpu"], fields["driver"], fields["memory"] = line.split(", ")
+        elif line.startswith("Cuda compilation tools"):
+            fields["nvcc"] = line.split("release ")[1].split(",")[0]
+        elif line.startswith("jax "):
+            fields["jax"] = line.split()[1]
+        elif line.startswith("python "):
+            fields["python"] = line.split()[1]
+    return fields
+
+
+def pytest_counts(log):
+    """The counts of pytest's last summary line, and the failed tests' names."""
+    summaries = [line for line in log.splitlines()
+                 if re.search(r"\d+ (passed|failed|errors?)\b", line) and " in " in line]
+    if not summaries:
+        return {"completed": False}
+    counts = {"completed": True}
+    for number, word in re.findall(r"(\d+) (\w+)", summaries[-1]):
+        word = "errors" if word == "error" else word
+        if word in COUNTS:
+            counts[word] = int(number)
+    counts["failures"] = sorted(set(re.findall(r"^FAILED (\S+)", log, re.M)))
+    return counts
+
+
+def sanitizer_counts(log):
+    """{tool: {"errors": n, "exit_status": s}} of a compute_sanitizer.log."""
+    tools, current = {}, None
+    for line in log.splitlines():
+        if m := re.match(r"== compute-sanitizer --tool (\w+)", line):
+            current = tools.setdefault(m.group(1), {})
+        elif current is not None and (m := re.search(r"SUMMARY: (\d+) (?:errors|hazards)", line)):
+            current["errors"] = int(m.group(1))
+        elif m := re.match(r"== (\w+) exit status: (\d+)", line):
+            tools.setdefault(m.group(1), {})["exit_status"] = int(m.group(2))
+    return tools
+
+
+def run_summary(outdir):
+    """The checks of one gpu_checks.sh run."""
+    env = environment((outdir / "environment.txt").read_text())
+    common = {k: env[k] for k in ("commit", "date") if k in env}
+    checks = []
+    if (log := outdir / "build_and_tests.log").exists():
+        checks.append({"check": "tests", **common,
+                       "selection": env.get("pytest_selection", ""),
+                       "hypothesis_profile": env.get("hypothesis_profile", ""),
+                       **pytest_counts(log.read_text())})
+    if (log := outdir / "nbval.log").exists():
+        checks.append({"check": "chapters (nbval)", **common, **pytest_counts(log.read_text())})
+    if (log := outdir / "compute_sanitizer.log").exists():
+        checks.append({"check": "compute-sanitizer", **common,
+                       "tools": sanitizer_counts(log.read_text())})
+    return env, checks
+
+
+def summary(outdirs):
+    checks, env = [], {}
+    for outdir in outdirs:
+        env, run_checks = run_summary(pathlib.Path(outdir))
+        checks += run_checks
+    machine = {k: env[k] for k in ("gpu", "driver", "memory", "nvcc", "python", "jax",
+                                   "devices") if k in env}
+    return {"machine": machine, "checks": checks}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("outdirs", nargs="+", type=pathlib.Path,
+                        help="gpu_checks.sh output folders, oldest first")
+    args = parser.parse_args(argv)
+    for outdir in args.outdirs:
+        if not (outdir / "environment.txt").is_file():
+            parser.error(f"{outdir} has no environment.txt: not a gpu_checks.sh output folder")
+    args.out.write_text(json.dumps(summary(args.outdirs), indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
