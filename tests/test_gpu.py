@@ -18,7 +18,7 @@ import pytest
 
 import gpu_ops
 import reference
-from gpu_ops.kernel_plans import kernel_plan
+from gpu_ops.kernel_plans import H100, kernel_plan
 from reference import assert_close
 
 pytestmark = pytest.mark.gpu
@@ -136,6 +136,20 @@ def test_the_path_cases_take_every_path():
     clusters = {kernel_plan(direction, shape, dtype)["cluster"]
                 for shape, dtype in PATH_CASES for direction in ("forward", "backward")}
     assert (max(clusters) > 1) == clusters_planned()
+
+
+@pytest.mark.skipif(os.environ.get(WITHOUT_CLUSTERS) == "1" or WITHOUT_PATHS in os.environ,
+                    reason="plans narrowed by the environment")
+def test_the_described_h100_plans_as_this_hopper_gpu_does():
+    # The model behind the CPU tests of the planner (described_gpu.h) against
+    # CUDA's occupancy calculator, on the path cases: the same paths.
+    device = jax.devices()[0]
+    if float(device.compute_capability) != 9.0 or device.core_count != H100.sms:
+        pytest.skip(f"not a GPU with the described H100's {H100.sms} SMs")
+    for shape, dtype in PATH_CASES:
+        for direction in ("forward", "backward"):
+            here = kernel_plan(direction, shape, dtype)["path"]
+            assert here == kernel_plan(direction, shape, dtype, H100)["path"], (shape, dtype)
 
 
 def run_path_cases(environment, tests):
