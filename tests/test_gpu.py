@@ -122,6 +122,21 @@ def test_kernel_path(shape, dtype):
     check_random_op(shape, dtype, seed=3)
 
 
+# Each dtype the fast kernels take, over row lengths from one vector to the
+# seed's 262,144 (67 rows: no multiple of any team or segment count), and
+# rows they do not take (part vectors, float64).
+DTYPE_ROW_CASES = [
+    (dtype, row_length)
+    for dtype in (jnp.bfloat16, jnp.float16, jnp.float32)
+    for row_length in (8, 1_024, 8_192, 16_384, 131_080, 262_144)
+] + [(jnp.bfloat16, 1_000), (jnp.float32, 6), (jnp.float64, 1_024)]
+
+
+@pytest.mark.parametrize("dtype,row_length", DTYPE_ROW_CASES)
+def test_every_dtype_over_the_row_lengths(dtype, row_length):
+    check_random_op((67, row_length), dtype, seed=3)
+
+
 @pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="paths are left out")
 def test_the_path_cases_take_every_path():
     taken = {direction: {kernel_plan(direction, shape, dtype)["path"]
