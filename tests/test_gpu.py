@@ -187,12 +187,12 @@ def test_the_paths_of_a_gpu_without_clusters():
 
 @pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="already without those paths")
 def test_the_paths_that_take_the_rows_of_those_left_out():
-    # Without the paths for few rows, one row a block, inputs the whole GPU
-    # holds and rows a cluster holds in shared memory, the path cases take
-    # the general ones (many rows a block, row teams, split rows), as the
-    # benchmarks do to measure what each specialised path gains.
-    run_path_cases({WITHOUT_PATHS: "few_rows,row_per_block,grid_rows,shared_row"},
-                   "test_kernel_path")
+    # Without the paths for few rows, rows a block holds, inputs the whole
+    # GPU holds and rows a cluster holds in shared memory, the path cases
+    # take the general ones (row teams, of one block too, and split rows),
+    # as the benchmarks do to measure what each specialised path gains.
+    run_path_cases({WITHOUT_PATHS: "few_rows,row_per_block,rows_per_block,grid_rows,"
+                                   "shared_row"}, "test_kernel_path")
 
 
 @pytest.mark.parametrize("shape", [(4_099, 1_024), (1_001, 4_096)])

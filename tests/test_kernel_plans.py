@@ -173,3 +173,14 @@ def test_mixed_dtypes_take_the_seeds_kernels():
     assert plan["path"] == "apex_seed"
     same = kernel_plan("forward", (8, 1_024), jnp.bfloat16, H100, weight_dtype=jnp.bfloat16)
     assert same["path"] != "apex_seed"
+
+
+@pytest.mark.parametrize("row_length", [1_024, 8_192])
+def test_short_rows_never_take_the_long_row_paths(row_length):
+    # however many paths are left out, short rows fall to paths made for them
+    short_row_paths = [p for p in PATHS[:-1] if p not in ("grid_rows", "shared_row",
+                                                          "split_rows")]
+    for direction in ("forward", "backward"):
+        plan = kernel_plan(direction, (67, row_length), jnp.bfloat16, H100,
+                           without=short_row_paths)
+        assert plan["path"] == "apex_seed", direction

@@ -166,7 +166,9 @@ std::optional<Plan> GridRows(const Problem& p, const DeviceModel& device,
 
 std::optional<Plan> SharedRow(const Problem& p, const DeviceModel& device,
                               PathSet without) {
-  if (Contains(without, Path::kSharedRow) || !device.Clusters()) {
+  // Only the long rows it was made for, also where other paths are left out.
+  if (Contains(without, Path::kSharedRow) || !device.Clusters() ||
+      p.row_length <= kSplitRowsAbove) {
     return std::nullopt;
   }
   // The largest cluster, so that the row's parts are small and an SM holds
@@ -243,10 +245,15 @@ Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without) 
   const auto backward_bytes = [&](int rows_per_thread) {
     return GridBackwardSharedBytes(rows_per_thread, p.dtype);
   };
-  if (auto plan = GridRows(p, device, Kernel::kGridBackward, kMaxGridRows,
-                           backward_bytes, p.num_partials * p.row_length,
-                           without)) {
-    return *plan;
+  // The grid backward takes only the long rows it was made for (the
+  // forward's need chunk sums, which only such rows have), also where other
+  // paths are left out.
+  if (p.row_length > kSplitRowsAbove) {
+    if (auto plan = GridRows(p, device, Kernel::kGridBackward, kMaxGridRows,
+                             backward_bytes, p.num_partials * p.row_length,
+                             without)) {
+      return *plan;
+    }
   }
   if (auto plan = SplitRows(p, kSplitBackwardValues, without)) {
     plan->segments = std::min(p.num_partials,
