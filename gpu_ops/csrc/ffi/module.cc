@@ -78,7 +78,8 @@ gpu_ops::PathSet Paths(const std::string& names, const char* what) {
   if (!gpu_ops::ParsePaths(names, &paths)) {
     throw std::invalid_argument(
         std::string(what) + " '" + names +
-        "' names something other than kernel paths that may be left out");
+        "' names something other than kernel paths that may be left out (" +
+        gpu_ops::LeavablePathNames() + ")");
   }
   return paths;
 }

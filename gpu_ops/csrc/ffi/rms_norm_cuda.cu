@@ -56,9 +56,8 @@ ffi::Error PathsLeftOut(PathSet* paths) {
   if (PathsLeftOutByEnvironment(paths, &names)) return ffi::Error::Success();
   return ffi::Error::InvalidArgument(
       "GPU_OPS_PLAN_WITHOUT='" + names +
-      "' names something other than kernel paths that may be left out "
-      "(few_rows, row_per_block, rows_per_block, row_teams, grid_rows, "
-      "shared_row, split_rows)");
+      "' names something other than kernel paths that may be left out (" +
+      LeavablePathNames() + ")");
 }
 
 ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,

@@ -507,7 +507,9 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
                   static_cast<float>(g.row_length), epsilon);
               return CheckLaunch(what);
             }
-          } else if (plan.path == Path::kRowsPerBlock) {
+          } else if (plan.path == Path::kRowsPerBlock &&
+                     plan.rows_per_group == std::max(1, kForwardLoads / kVectors)) {
+            // The kernel's rows a block are a template argument: the plan's.
             constexpr int kRows = std::max(1, kForwardLoads / kVectors);
             FastForwardKernel<T, kVectors, kRows>
                 <<<blocks, shape.team, 0, stream>>>(

@@ -299,6 +299,14 @@ bool ParsePaths(const std::string& names, PathSet* paths) {
   return true;
 }
 
+std::string LeavablePathNames() {
+  std::string names;
+  for (int i = 0; i < static_cast<int>(Path::kApexSeed); ++i) {
+    names += (i == 0 ? "" : ", ") + std::string(PathName(static_cast<Path>(i)));
+  }
+  return names;
+}
+
 bool PathsLeftOutByEnvironment(PathSet* paths, std::string* names) {
   const char* value = std::getenv("GPU_OPS_PLAN_WITHOUT");
   *names = value == nullptr ? "" : value;

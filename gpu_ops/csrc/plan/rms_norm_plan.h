@@ -184,6 +184,9 @@ const char* PathName(Path path);
 // false if one is not the name of a path that may be left out.
 bool ParsePaths(const std::string& names, PathSet* paths);
 
+// The names of the paths that may be left out, comma-separated (for errors).
+std::string LeavablePathNames();
+
 // What the environment asks the CUDA handlers to leave out of their plans:
 // GPU_OPS_PLAN_WITHOUT, a comma-separated list of paths (into *paths; false,
 // with the variable's value in *names, if it names anything else), and
