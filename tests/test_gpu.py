@@ -195,6 +195,31 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
                                    "shared_row"}, "test_kernel_path")
 
 
+# Rows just longer than those the split-row and grid kernels leave to the
+# others (cuda_scratch.h): float32 rows of this length take split rows in an
+# A100's backward, where no ring of row teams fits its shared memory.
+SHORT_LONG_ROWS = [((67, 4_104), jnp.float32), ((67, 6_916), jnp.float32),
+                   ((7, 6_916), jnp.float32), ((67, 4_104), jnp.bfloat16)]
+ROW_PATHS = "few_rows,row_per_block,rows_per_block,row_teams"
+LONG_ROW_PATHS = {ROW_PATHS: {"grid_rows", "shared_row"},
+                  ROW_PATHS + ",grid_rows,shared_row": {"split_rows"}}
+
+
+@pytest.mark.parametrize("shape,dtype", SHORT_LONG_ROWS)
+def test_rows_just_longer_than_the_split_threshold(shape, dtype):
+    expected = LONG_ROW_PATHS.get(os.environ.get(WITHOUT_PATHS))
+    if expected:
+        for direction in ("forward", "backward"):
+            assert kernel_plan(direction, shape, dtype)["path"] in expected
+    check_random_op(shape, dtype, seed=6)
+
+
+@pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="already without those paths")
+@pytest.mark.parametrize("without", list(LONG_ROW_PATHS))
+def test_the_long_row_paths_take_rows_just_above_their_threshold(without):
+    run_path_cases({WITHOUT_PATHS: without}, "test_rows_just_longer_than_the_split_threshold")
+
+
 @pytest.mark.parametrize("shape", [(4_099, 1_024), (1_001, 4_096)])
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
 def test_forward_of_more_rows_than_the_gpu_holds_blocks_for(dtype, shape):

@@ -48,9 +48,10 @@ def test_cuda_backward_has_scratch_results_and_cpu_does_not():
     assert "-> (tensor<1000x8xf32>, tensor<8xf32>)" in cpu_calls[0]
 
 
-@pytest.mark.parametrize("row_length, chunks", [(8192, 0), (8200, 5), (262144, 128)])
+@pytest.mark.parametrize("row_length, chunks", [(4096, 0), (4104, 3), (8200, 5),
+                                                (262144, 128)])
 def test_chunk_sums_hold_one_float_per_backward_chunk_of_long_rows(row_length, chunks):
-    # A backward chunk is 256 threads x 8 values; rows of up to 8192 values
+    # A backward chunk is 256 threads x 8 values; rows of up to 4096 values
     # never take the split-row kernels.
     assert gpu_ops.ffi_targets.cuda_forward_scratch((3, row_length), (row_length,)) == [
         ((3 * chunks,), np.float32)]

@@ -1,7 +1,9 @@
 // RMS norm kernels for rows too long for one thread team to hold (see
 // rms_norm_fast.cu): more than 131,072 values in the forward or 65,536 in
 // the backward on Hopper (a cluster of 8 blocks of 1024 threads), more than
-// 16,384 / 8,192 on GPUs without clusters. The seed tutorial's shape, 32 rows
+// 16,384 / 8,192 on GPUs without clusters (float32 rows of more than 6,912
+// values in the backward on an A100, whose shared memory holds no longer
+// ring; the planner checks each GPU). The seed tutorial's shape, 32 rows
 // of 512 x 512, is one: a row per cluster would leave most of the GPU idle.
 // (Inputs the whole GPU holds at once, the seed's shape among them, go to
 // rms_norm_grid_rows.cu instead, which reads them once, and in the forward

@@ -48,8 +48,10 @@ constexpr int kSplitThreads = 256;
 constexpr int kSplitForwardValues = 16;
 constexpr int kSplitBackwardValues = 8;
 // Rows of up to this many values never take the split-row kernels: the
-// fast kernels hold them in one block on every GPU.
-constexpr int64_t kSplitRowsAbove = 8192;
+// fast kernels hold them in one block on every GPU with at least 99 KiB of
+// shared memory a block. (Longer float32 rows need more in the backward: an
+// A100 cannot ring a float32 row of 7,000 values, so those take split rows.)
+constexpr int64_t kSplitRowsAbove = 4096;
 
 // The chunk_sums vector holds one float per chunk of every row, for the
 // smaller (backward) chunks, which the forward's fewer chunks fit in too:
