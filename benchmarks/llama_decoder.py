@@ -2,9 +2,13 @@
 
 Pre-norm blocks of causal self-attention (rotary position embeddings) and a
 SwiGLU MLP, a final norm and a language-model head, trained for next-token
-prediction. Every norm of the model is `norm(x, weight)`, so the training
-step can be timed with different norm implementations and the rest of the
-model unchanged (training_step_bench.py).
+prediction. Every norm of the model is `norm(x, weight)` or, where a
+block's update joins the residual stream first, `norm(update, weight,
+residual=x)`, which returns the normalised sum and the sum (the signature of
+gpu_ops.rms_norm; :func:`unfused` gives it to any plain norm). So the
+training step can be timed with different norm implementations, the add
+fused into the norm or not, and the rest of the model unchanged
+(training_step_bench.py).
 """
 
 import dataclasses
@@ -66,25 +70,45 @@ def rotary(x):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x.dtype)
 
 
-def block(x, layer, norm, config):
+def unfused(norm):
+    """`norm(x, weight)` given the residual form too: x + residual, then the norm."""
+    def with_residual(x, weight, residual=None):
+        if residual is None:
+            return norm(x, weight)
+        total = x + residual
+        return norm(total, weight), total
+    return with_residual
+
+
+def add_then_norm(norm, x, update, weight):
+    """(the norm of x + update, x + update); of x alone where no update is pending."""
+    if update is None:
+        return norm(x, weight), x
+    return norm(update, weight, residual=x)
+
+
+def block(x, update, layer, norm, config):
+    """The residual stream x with the last block's `update` still to be added
+    (None before the first block): (the stream, this block's update)."""
+    h, x = add_then_norm(norm, x, update, layer["attn_norm"])
     batch, seq, d = x.shape
     heads = (batch, seq, config.heads, config.head_dim)
-    h = norm(x, layer["attn_norm"])
     q = rotary((h @ layer["wq"]).reshape(heads))
     k = rotary((h @ layer["wk"]).reshape(heads))
     v = (h @ layer["wv"]).reshape(heads)
     attention = jax.nn.dot_product_attention(q, k, v, is_causal=True)
-    x = x + attention.reshape(batch, seq, d) @ layer["wo"]
-    h = norm(x, layer["mlp_norm"])
-    return x + (jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])) @ layer["w_down"]
+    h, x = add_then_norm(norm, x, attention.reshape(batch, seq, d) @ layer["wo"],
+                         layer["mlp_norm"])
+    return x, (jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])) @ layer["w_down"]
 
 
 def loss(params, tokens, norm, config):
     """Mean next-token cross entropy (in float32) of tokens (batch, seq)."""
-    x = params["embed"][tokens]
+    x, update = params["embed"][tokens], None
     for layer in params["layers"]:
-        x = block(x, layer, norm, config)
-    logits = (norm(x, params["final_norm"]) @ params["lm_head"]).astype(jnp.float32)
+        x, update = block(x, update, layer, norm, config)
+    h, _ = add_then_norm(norm, x, update, params["final_norm"])
+    logits = (h @ params["lm_head"]).astype(jnp.float32)
     log_probs = jax.nn.log_softmax(logits[:, :-1])
     targets = tokens[:, 1:, None]
     return -jnp.mean(jnp.take_along_axis(log_probs, targets, axis=-1))

@@ -9,7 +9,9 @@ llama_decoder.py, jitted with its parameters donated, runs with each way of
 computing its norms:
 
 - "jnp": the norms in jax.numpy, which XLA fuses with their neighbours;
-- "gpu_ops": gpu_ops.rms_norm, a custom call XLA cannot fuse into anything;
+- "gpu_ops": gpu_ops.rms_norm, a custom call XLA cannot fuse into anything,
+  after the residual add;
+- "gpu_ops_residual": gpu_ops.rms_norm with the residual add in its kernel;
 - "identity": no norms at all (x passes through). No norm can make the step
   faster than this, so the gap between "jnp" and "identity" bounds what any
   norm implementation can save.
@@ -40,9 +42,10 @@ import llama_decoder  # noqa: E402
 import rms_norm_bench  # noqa: E402
 
 NORMS = {
-    "jnp": rms_norm_bench.xla_rms_norm,
-    "gpu_ops": gpu_ops.rms_norm,
-    "identity": lambda x, weight: x,
+    "jnp": llama_decoder.unfused(rms_norm_bench.xla_rms_norm),
+    "gpu_ops": llama_decoder.unfused(gpu_ops.rms_norm),
+    "gpu_ops_residual": gpu_ops.rms_norm,
+    "identity": llama_decoder.unfused(lambda x, weight: x),
 }
 #: A model small enough for a CPU, to show the method.
 CPU_CONFIG = llama_decoder.DecoderConfig(layers=2, d_model=64, heads=4, ffn=128, vocab=256,

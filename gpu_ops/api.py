@@ -5,14 +5,25 @@ import jax.numpy as jnp
 # Importing these registers the FFI targets, lowerings, vmap rules and
 # partitioning rules of the primitives.
 from gpu_ops import batching, hijax_route, lowering, sharding  # noqa: F401
-from gpu_ops.autodiff import rms_norm_vjp
+from gpu_ops.autodiff import rms_norm_residual_vjp, rms_norm_vjp
 from gpu_ops.sharding import over_explicit_axes, vary_alike
-from gpu_ops.validation import check_implementation, check_pallas_gpus, check_rms_norm_args
+from gpu_ops.validation import (check_implementation, check_pallas_gpus, check_residual,
+                                check_rms_norm_args)
 
 
 def _with_pallas_kernels(x, weight, eps):
     check_pallas_gpus()
     return rms_norm_vjp(x, weight, eps, "pallas")
+
+
+def _residual_with_pallas_kernels(x, weight, residual, eps):
+    check_pallas_gpus()
+    return rms_norm_residual_vjp(x, weight, residual, eps, "pallas")
+
+
+def _residual_before_hijax(x, weight, residual, eps):
+    total = x + residual
+    return hijax_route.rms_norm(total, weight, eps), total
 
 
 #: The ways the operation is defined, by name (chapter 9 compares them).
@@ -21,18 +32,32 @@ IMPLEMENTATIONS = {
     "hijax": hijax_route.rms_norm,  # one jax.experimental.hijax class
     "pallas": _with_pallas_kernels,  # the primitives, lowered to Pallas kernels
 }
+#: The same with a residual add: one kernel pass through the FFI handlers;
+#: the Pallas kernels normalise the sum XLA adds up, and the HiJAX class
+#: takes it as its x.
+WITH_RESIDUAL = {
+    "primitives": rms_norm_residual_vjp,
+    "hijax": _residual_before_hijax,
+    "pallas": _residual_with_pallas_kernels,
+}
 
 
-def rms_norm(x, weight, eps=1e-5, *, implementation="primitives"):
+def rms_norm(x, weight, eps=1e-5, *, residual=None, implementation="primitives"):
     """RMS-normalise ``x`` over its trailing ``weight.ndim`` axes and scale by ``weight``.
 
     ``y = x / sqrt(mean(x**2 over those axes) + eps) * weight``
+
+    With ``residual``, the residual stream of a transformer block: returns
+    ``(rms_norm(x + residual, weight, eps), x + residual)``, the sum rounded
+    to x's dtype, both from one pass of the CUDA or C++ kernel (with the
+    "hijax" and "pallas" implementations XLA adds the sum first).
 
     Args:
       x: array of float16, bfloat16, float32 or float64.
       weight: array of one of those dtypes (it may differ from x's) whose shape
         equals the trailing shape of ``x``.
       eps: finite number >= 0 added to the mean square.
+      residual: None, or an array of x's shape and dtype added to x first.
       implementation: "primitives" (explicit JAX primitives with their rules)
         or "hijax" (one ``jax.experimental.hijax`` class), which call the
         same C++ and CUDA kernels; or "pallas", the explicit primitives with
@@ -40,7 +65,8 @@ def rms_norm(x, weight, eps=1e-5, *, implementation="primitives"):
         newer, Pallas' interpret mode on CPUs).
 
     Returns:
-      An array of ``x``'s shape and ``weight``'s dtype. Works under ``jit``,
+      An array of ``x``'s shape and ``weight``'s dtype (with a residual, that
+      and ``x + residual``, of x's shape and dtype). Works under ``jit``,
       ``grad``, ``vmap``, with inputs sharded over automatic or explicit mesh
       axes, and inside ``shard_map``; the CUDA kernels run on NVIDIA GPUs and
       a C++ implementation on CPUs.
@@ -48,9 +74,14 @@ def rms_norm(x, weight, eps=1e-5, *, implementation="primitives"):
     x = jnp.asarray(x)
     weight = jnp.asarray(weight)
     eps = check_rms_norm_args(x, weight, eps)
-    defined = IMPLEMENTATIONS[check_implementation(implementation, IMPLEMENTATIONS)]
+    name = check_implementation(implementation, IMPLEMENTATIONS)
+    operands = (x, weight)
+    defined = IMPLEMENTATIONS[name]
+    if residual is not None:
+        operands = (x, weight, check_residual(x, residual))
+        defined = WITH_RESIDUAL[name]
 
-    def on_its_devices(x, weight):
-        return defined(*vary_alike(x, weight), eps)
+    def on_its_devices(*operands):
+        return defined(*vary_alike(*operands), eps)
 
-    return over_explicit_axes(on_its_devices, x, weight)
+    return over_explicit_axes(on_its_devices, *operands)

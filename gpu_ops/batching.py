@@ -1,7 +1,9 @@
 """vmap rules for the RMS norm primitives.
 
 A batch axis of x is just one more leading (row) axis, so the forward moves it
-to the front and runs once. Two cases cannot be folded into rows:
+to the front and runs once (with a residual operand, moved alike; whichever
+of x and the residual has no batch axis is broadcast along it). Two cases
+cannot be folded into rows:
 
 - a batched weight: each example has its own weight, so the op runs once per
   example (``lax.map``);
@@ -48,13 +50,22 @@ def _once_per_example(primitive, args, dims, **params):
     return outputs, [0] * len(outputs)
 
 
+def _at_front(array, dim, size):
+    """array with its batch axis `dim` first, or broadcast along a new first one."""
+    if dim is None:
+        return jnp.broadcast_to(array, (size, *array.shape))
+    return jnp.moveaxis(array, dim, 0)
+
+
 def _forward_batching(args, dims, **params):
-    x, weight = args
-    x_dim, weight_dim = dims
+    x, weight, *residual = args
+    x_dim, weight_dim, *residual_dims = dims
     if weight_dim is not None:
         return _once_per_example(rms_norm_fwd_p, args, dims, **params)
-    outputs = rms_norm_fwd_p.bind(jnp.moveaxis(x, x_dim, 0), weight, **params)
-    return outputs, [0, 0]
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    like_x = [_at_front(a, d, size) for a, d in zip([x, *residual], [x_dim, *residual_dims])]
+    outputs = rms_norm_fwd_p.bind(like_x[0], weight, *like_x[1:], **params)
+    return outputs, [0] * len(outputs)
 
 
 def _backward_batching(args, dims, **params):

@@ -35,6 +35,13 @@ def forward_in_jnp(x, weight, eps):
     return y.astype(weight.dtype), inv_rms
 
 
+def residual_forward_in_jnp(x, weight, residual, eps):
+    """(y, inv_rms, x + residual) as the forward custom call with a residual
+    computes them: the norm of x + residual, rounded to x's dtype."""
+    total = x + residual
+    return (*forward_in_jnp(total, weight, eps), total)
+
+
 def backward_in_jnp(dy, inv_rms, x, weight, eps):
     """(dx, dweight) as the backward custom call computes them."""
     del eps
@@ -54,6 +61,12 @@ def forward(x, weight, eps, kernels="ffi"):
     return tuple(rms_norm_fwd_p.bind(x, weight, eps=eps, kernels=kernels))
 
 
+@partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def residual_forward(x, weight, residual, eps, kernels="ffi"):
+    """(y, inv_rms, x + residual) from the forward custom call with a residual."""
+    return tuple(rms_norm_fwd_p.bind(x, weight, residual, eps=eps, kernels=kernels))
+
+
 @partial(jax.custom_jvp, nondiff_argnums=(4, 5))
 def backward(dy, inv_rms, x, weight, eps, kernels="ffi"):
     """(dx, dweight) from the backward custom call (or Pallas kernel)."""
@@ -68,4 +81,5 @@ def _jvp_rule(call, in_jnp):
 
 
 forward.defjvp(_jvp_rule(forward, forward_in_jnp))
+residual_forward.defjvp(_jvp_rule(residual_forward, residual_forward_in_jnp))
 backward.defjvp(_jvp_rule(backward, backward_in_jnp))

@@ -18,6 +18,7 @@ from gpu_ops import ffi_targets, pallas_kernels
 from gpu_ops.primitives import rms_norm_bwd_shard_p, rms_norm_fwd_shard_p
 
 _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
+_residual_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FORWARD_TARGET)
 _backward_call = jax.ffi.ffi_lowering(ffi_targets.BACKWARD_TARGET)
 
 
@@ -53,10 +54,20 @@ def _backward_scratch(avals_in):
     return ffi_targets.cuda_backward_scratch(x.shape, x.dtype, weight.shape)
 
 
+def _with_or_without_residual(rule, residual_rule):
+    """The forward's rule: its own call, or with a residual operand the residual one's."""
+    def lowering(ctx, *operands, eps):
+        return (residual_rule if len(operands) == 3 else rule)(ctx, *operands, eps=eps)
+    return lowering
+
+
 #: The lowering rules of the forward and backward custom calls, per platform.
+#: The forward with a residual add has no scratch on CUDA.
 FORWARD_RULES = {
-    "cpu": _with_float64_eps(_forward_call),
-    "cuda": _with_cuda_scratch(_forward_call, _forward_scratch),
+    "cpu": _with_or_without_residual(_with_float64_eps(_forward_call),
+                                     _with_float64_eps(_residual_forward_call)),
+    "cuda": _with_or_without_residual(_with_cuda_scratch(_forward_call, _forward_scratch),
+                                      _with_float64_eps(_residual_forward_call)),
 }
 BACKWARD_RULES = {
     "cpu": _with_float64_eps(_backward_call),
@@ -82,6 +93,15 @@ def _on_plain_types(rule):
     return lowering
 
 
+def _pallas_forward(x, weight, *residual, eps, on_cpu):
+    """The Pallas forward; with a residual, of x + residual (added by XLA, not
+    in the kernel), returned after y and inv_rms as the primitive's third result."""
+    if not residual:
+        return pallas_kernels.forward(x, weight, eps=eps, on_cpu=on_cpu)
+    total = x + residual[0]
+    return (*pallas_kernels.forward(total, weight, eps=eps, on_cpu=on_cpu), total)
+
+
 def _by_kernels(ffi_rule, pallas_function, platform):
     """The rule for the primitive's `kernels`: the FFI call's, or the Pallas kernels'."""
     pallas_rule = _on_plain_types(mlir.lower_fun(
@@ -96,7 +116,7 @@ def _by_kernels(ffi_rule, pallas_function, platform):
 for _platform in ("cpu", "cuda"):
     mlir.register_lowering(
         rms_norm_fwd_shard_p,
-        _by_kernels(FORWARD_RULES[_platform], pallas_kernels.forward, _platform),
+        _by_kernels(FORWARD_RULES[_platform], _pallas_forward, _platform),
         platform=_platform)
     mlir.register_lowering(
         rms_norm_bwd_shard_p,

@@ -10,7 +10,10 @@ There are two pairs:
 
 Both pairs have the same shapes and dtypes:
 
-- forward: ``(x, weight) -> (y, inv_rms)``
+- forward: ``(x, weight) -> (y, inv_rms)``; with a residual operand,
+  ``(x, weight, residual) -> (y, inv_rms, x + residual)``, where ``y``
+  normalises ``x + residual`` (the residual stream of a transformer, added
+  and normalised in one pass)
 - backward: ``(dy, inv_rms, x, weight) -> (dx, dweight)``
 
 and the same parameters: ``eps``, and ``kernels``, which says what the
@@ -54,11 +57,13 @@ def _like(aval, shape, dtype):
     return aval.update(shape=shape, dtype=dtype, weak_type=False, sharding=sharding)
 
 
-def _forward_abstract_eval(x, weight, **params):
+def _forward_abstract_eval(x, weight, *residual, **params):
     del params
+    assert all(r.shape == x.shape and r.dtype == x.dtype for r in residual), (x, residual)
     return (
         _like(x, x.shape, weight.dtype),
         _like(x, leading_shape(x, weight), inv_rms_dtype(x.dtype)),
+        *(_like(x, x.shape, x.dtype) for _ in residual),
     )
 
 

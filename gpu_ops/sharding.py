@@ -11,8 +11,9 @@ own, though, so each device can work on its own rows. The rules here say so:
 - the weight gradient, a sum over rows, is summed across the devices that
   hold different rows (a ``psum``).
 
-``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are lowered through these
-partitioned functions to the per-shard primitives.
+A residual operand of the forward (and its result, ``x + residual``) is
+sharded as x is. ``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are lowered
+through these partitioned functions to the per-shard primitives.
 
 Inside ``shard_map`` the caller partitions instead, and :func:`vary_alike`
 gives the operands the types ``shard_map`` checks. Arrays whose types shard
@@ -47,7 +48,9 @@ def _forward_rule(eps, kernels, mesh, operand_types, result_types):
     del eps, kernels, mesh, result_types
     rows, normalised, replicated = _factor_names(
         len(operand_types[0].shape), len(operand_types[1].shape))
-    rule = f"{rows} {normalised}, {normalised} -> {rows} {normalised}, {rows}"
+    x = f"{rows} {normalised}"
+    like_x = [x] * (len(operand_types) - 2)  # a residual, and x + residual
+    rule = f"{', '.join([x, normalised, *like_x])} -> {', '.join([x, rows, *like_x])}"
     return rule, {"need_replication_factors": replicated}
 
 
@@ -106,12 +109,13 @@ def _row_shardings(mesh, x_info, weight_ndim):
 
 def _forward_partition(eps, kernels, mesh, arg_infos, result_infos):
     del result_infos
-    x_info, weight_info = arg_infos
+    x_info, weight_info, *residual = arg_infos
     x_sharding, inv_sharding, replicated, _ = _row_shardings(
         mesh, x_info, len(weight_info.shape))
-
-    per_shard = partial(_forward.fun, eps=eps, kernels=kernels)
-    return mesh, per_shard, (x_sharding, inv_sharding), (x_sharding, replicated)
+    like_x = (x_sharding,) * len(residual)
+    per_shard = partial(_bind_forward_shard, eps=eps, kernels=kernels)
+    return (mesh, per_shard, (x_sharding, inv_sharding, *like_x),
+            (x_sharding, replicated, *like_x))
 
 
 def _backward_partition(eps, kernels, mesh, arg_infos, result_infos):
@@ -131,9 +135,18 @@ def _backward_partition(eps, kernels, mesh, arg_infos, result_infos):
     return mesh, per_shard, (x_sharding, replicated), arg_shardings
 
 
+def _bind_forward_shard(*operands, eps, kernels):
+    return tuple(rms_norm_fwd_shard_p.bind(*operands, eps=eps, kernels=kernels))
+
+
 @partial(custom_partitioning, static_argnums=(2, 3))
 def _forward(x, weight, eps, kernels):
-    return tuple(rms_norm_fwd_shard_p.bind(x, weight, eps=eps, kernels=kernels))
+    return _bind_forward_shard(x, weight, eps=eps, kernels=kernels)
+
+
+@partial(custom_partitioning, static_argnums=(3, 4))
+def _residual_forward(x, weight, residual, eps, kernels):
+    return _bind_forward_shard(x, weight, residual, eps=eps, kernels=kernels)
 
 
 @partial(custom_partitioning, static_argnums=(4, 5))
@@ -143,11 +156,13 @@ def _backward(dy, inv_rms, x, weight, eps, kernels):
 
 
 _forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
+_residual_forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
 _backward.def_partition(partition=_backward_partition, sharding_rule=_backward_rule)
 
 
 def _lowering_through(partitioned):
-    """A lowering rule that hands the operands to a custom_partitioning function.
+    """A lowering rule that hands the operands to a custom_partitioning function
+    (`partitioned`, by number of operands).
 
     Inside ``shard_map`` the operands are one device's shards already, so the
     per-shard function is lowered as it is. custom_partitioning does the same
@@ -158,15 +173,16 @@ def _lowering_through(partitioned):
     """
     def lowering(ctx, *operands, eps, kernels="ffi"):
         manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
-        fn = partitioned.fun if manual else partitioned
+        chosen = partitioned[len(operands)]
+        fn = chosen.fun if manual else chosen
         return mlir.lower_fun(
             lambda *args: fn(*args, eps, kernels), multiple_results=True
         )(ctx, *operands)
     return lowering
 
 
-mlir.register_lowering(rms_norm_fwd_p, _lowering_through(_forward))
-mlir.register_lowering(rms_norm_bwd_p, _lowering_through(_backward))
+mlir.register_lowering(rms_norm_fwd_p, _lowering_through({2: _forward, 3: _residual_forward}))
+mlir.register_lowering(rms_norm_bwd_p, _lowering_through({4: _backward}))
 
 # custom_partitioning needs the device assignment while lowering; jit provides
 # it only to computations holding a primitive in this set. JAX adds its own
@@ -175,8 +191,9 @@ mlir.register_lowering(rms_norm_bwd_p, _lowering_through(_backward))
 dispatch.prim_requires_devices_during_lowering.update({rms_norm_fwd_p, rms_norm_bwd_p})
 
 
-def vary_alike(x, weight):
-    """x and weight, each made to vary along the mesh axes the other varies along.
+def vary_alike(*arrays):
+    """The arrays (x, weight, and a residual), each made to vary along the mesh
+    axes any of the others varies along.
 
     Inside ``shard_map`` a value's type says along which mesh axes it differs
     from device to device. Rows sharded along an axis meet a weight that is
@@ -187,14 +204,15 @@ def vary_alike(x, weight):
     value's must. Outside ``shard_map`` nothing varies and both are returned
     as they are.
     """
-    x_axes = jax.typeof(x).manual_axis_type.varying
-    weight_axes = jax.typeof(weight).manual_axis_type.varying
-    return (jax.lax.pcast(x, tuple(weight_axes - x_axes), to="varying"),
-            jax.lax.pcast(weight, tuple(x_axes - weight_axes), to="varying"))
+    axes = [jax.typeof(a).manual_axis_type.varying for a in arrays]
+    every = frozenset().union(*axes)
+    return tuple(jax.lax.pcast(a, tuple(every - own), to="varying")
+                 for a, own in zip(arrays, axes))
 
 
-def over_explicit_axes(fn, x, weight):
-    """fn(x, weight), per device where the types of x or weight shard them.
+def over_explicit_axes(fn, x, weight, *like_x):
+    """fn(x, weight, *like_x), per device where the types of the arrays shard
+    them; like_x (a residual) is placed as x is.
 
     With explicit mesh axes (sharding in types, ``jax.make_mesh``'s default)
     the backward's partition function above does not compile: XLA rejects
@@ -213,18 +231,21 @@ def over_explicit_axes(fn, x, weight):
     the reproduction): there x's rows are gathered along those axes instead.
     """
     x_type, weight_type = jax.typeof(x), jax.typeof(weight)
-    sharded = [t for t in (x_type, weight_type) if _mesh_axes(t.sharding.spec)]
+    sharded = [t for t in (x_type, weight_type, *map(jax.typeof, like_x))
+               if _mesh_axes(t.sharding.spec)]
     if not sharded:
-        return fn(x, weight)
+        return fn(x, weight, *like_x)
     mesh = sharded[0].sharding.mesh
     x_sharding, _, replicated, row_axes = _row_shardings(mesh, x_type, weight_type.ndim)
     if AxisType.Manual in mesh.axis_types:
         x_sharding = NamedSharding(mesh, PartitionSpec())
         row_axes = ()
     x, weight = jax.reshard(x, x_sharding), jax.reshard(weight, replicated)
+    like_x = [jax.reshard(a, x_sharding) for a in like_x]
     if not row_axes:
-        return fn(x, weight)
+        return fn(x, weight, *like_x)
     not_manual = {name for name, kind in zip(mesh.axis_names, mesh.axis_types)
                   if kind != AxisType.Manual}
-    return jax.shard_map(fn, mesh=mesh, in_specs=(x_sharding.spec, replicated.spec),
-                         out_specs=x_sharding.spec, axis_names=not_manual)(x, weight)
+    in_specs = (x_sharding.spec, replicated.spec, *(x_sharding.spec for _ in like_x))
+    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=x_sharding.spec,
+                         axis_names=not_manual)(x, weight, *like_x)

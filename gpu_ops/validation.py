@@ -44,6 +44,18 @@ def check_rms_norm_args(x, weight, eps):
     return value
 
 
+def check_residual(x, residual):
+    """residual as an array, or TypeError/ValueError unless it has x's dtype and shape."""
+    residual = jnp.asarray(residual)
+    if residual.dtype != x.dtype:
+        raise TypeError(f"rms_norm: residual must have x's dtype {x.dtype}, got "
+                        f"{residual.dtype}")
+    if residual.shape != x.shape:
+        raise ValueError(f"rms_norm: residual must have x's shape {x.shape}, got "
+                         f"{residual.shape}")
+    return residual
+
+
 def check_pallas_gpus():
     """Raise NotImplementedError where a local GPU is older than Mosaic GPU's sm_90."""
     if jax.default_backend() != "gpu":

@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(config, items):
 # The test modules of the operation's contract. Each of their tests runs once
 # per implementation: gpu_ops.rms_norm is the chosen one's while it runs.
 CONTRACT_MODULES = {"test_bad_input", "test_gpu", "test_lowering", "test_numerics",
-                    "test_properties", "test_sharding", "test_threads",
+                    "test_properties", "test_residual", "test_sharding", "test_threads",
                     "test_transformations"}
 _rms_norm = gpu_ops.rms_norm
 

@@ -69,3 +69,33 @@ def assert_close(actual, expected, dtype=None, x_dtype=None):
     tol = max(TOLERANCE[dtype], TOLERANCE[accumulator])
     scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
     np.testing.assert_allclose(_f64(actual), expected, rtol=tol, atol=tol * scale)
+
+
+def residual_inputs(shape, dtype, weight_ndim=1, weight_dtype=None, seed=0):
+    """x, weight, residual, and cotangents for y and for x + residual."""
+    kx, kw, kr, ky, kt = jax.random.split(jax.random.key(seed), 5)
+    weight_dtype = weight_dtype or dtype
+    x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
+    residual = (3 * jax.random.normal(kr, shape, jnp.float32)).astype(dtype)
+    weight = (1 + 0.3 * jax.random.normal(kw, shape[len(shape) - weight_ndim:],
+                                          jnp.float32)).astype(weight_dtype)
+    dy = jax.random.normal(ky, shape, jnp.float32).astype(weight_dtype)
+    dtotal = jax.random.normal(kt, shape, jnp.float32).astype(dtype)
+    return x, weight, residual, dy, dtotal
+
+
+def check_residual_op(op, x, weight, residual, dy, dtotal, eps=1e-5):
+    """Run (y, total) = op(x, weight, residual), the norm of total = x +
+    residual and total, and its VJP with cotangents (dy, dtotal); compare
+    with the reference, in which x and the residual both receive the norm's
+    gradient plus dtotal."""
+    (y, total), pullback = jax.vjp(op, x, weight, residual)
+    # The sum is rounded to x's dtype once, as jnp's x + residual is.
+    np.testing.assert_array_equal(total, x + residual)
+    assert y.dtype == weight.dtype and total.dtype == x.dtype
+    assert_close(y, forward(total, weight, eps), weight.dtype, x.dtype)
+    dx, dweight, dresidual = pullback((dy, dtotal))
+    dnorm, expected_dweight = vjp(total, weight, dy, eps)
+    np.testing.assert_array_equal(dx, dresidual)
+    assert_close(dx, dnorm + _f64(dtotal), x.dtype, x.dtype)
+    assert_close(dweight, expected_dweight, weight.dtype, x.dtype)

@@ -101,6 +101,18 @@ def test_forward_handler_rejects_eps_of_the_wrong_type():
         jax.block_until_ready(_forward_call(results, X, W, eps=np.float32(1e-5)))
 
 
+@pytest.mark.parametrize("residual,sum_spec,message", [
+    (X[:, :4], _spec((4, 8), jnp.float32), "residual has shape"),
+    (X.astype(jnp.float16), _spec((4, 8), jnp.float32), "residual has dtype"),
+    (X, _spec((4, 8), jnp.float16), r"x \+ residual has dtype"),
+])
+def test_residual_forward_handler_rejects_mismatched_buffers(residual, sum_spec, message):
+    results = [_spec((4, 8), jnp.float32), _spec((4,), jnp.float32), sum_spec]
+    call = jax.ffi.ffi_call(ffi_targets.RESIDUAL_FORWARD_TARGET, results)
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(call(X, W, residual, eps=np.float64(1e-5)))
+
+
 @pytest.mark.parametrize("bad", ["dy_dtype", "inv_shape", "dweight_shape"])
 def test_backward_handler_rejects_mismatched_buffers(bad):
     dy = X.astype(jnp.float16) if bad == "dy_dtype" else X

@@ -93,6 +93,24 @@ def test_more_than_two_to_the_31_elements():
                                rtol=2e-2, atol=2e-2 * float(jnp.abs(expected).max()))
 
 
+# The forward with a residual add (rms_norm_residual.cu): a row shorter than
+# a warp, one a block takes in one sweep and one it takes in several, the
+# seed's long rows, more rows than blocks run at once, and x and the weight
+# of different dtypes.
+RESIDUAL_CASES = [((67, 3), jnp.float32, None), ((67, 2_048), jnp.bfloat16, None),
+                  ((67, 5_000), jnp.float16, None), ((32, 262_144), jnp.bfloat16, None),
+                  ((70_001, 96), jnp.float32, None), ((67, 1_024), jnp.float64, None),
+                  ((67, 4_096), jnp.bfloat16, jnp.float32)]
+
+
+@pytest.mark.parametrize("shape,dtype,weight_dtype", RESIDUAL_CASES, ids=str)
+def test_residual_forward_over_the_row_lengths(shape, dtype, weight_dtype):
+    def fused(x, weight, residual):
+        return gpu_ops.rms_norm(x, weight, residual=residual)
+    reference.check_residual_op(fused, *reference.residual_inputs(
+        shape, dtype, weight_dtype=weight_dtype, seed=7))
+
+
 # Shapes that together take every kernel path of the planner
 # (gpu_ops/csrc/plan/rms_norm_plan.h) in each direction, on a GPU with clusters and
 # without: 67 rows are few (a block per row, a thread per 16-byte vector),

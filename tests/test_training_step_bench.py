@@ -22,17 +22,18 @@ def records(tmp_path_factory):
 
 
 def test_every_norm_is_timed(records):
-    assert set(records) == {"jnp", "gpu_ops", "identity"}
+    assert set(records) == {"jnp", "gpu_ops", "gpu_ops_residual", "identity"}
     for r in records.values():
         assert r["median_ms"] > 0 and r["tokens_per_s"] > 0
         assert r["config"]["batch"] * r["config"]["seq"] == 64
 
 
 def test_gpu_ops_norms_train_the_same_model_as_jnp(records):
-    # same parameters and tokens: the same first loss, and both learn
-    assert records["gpu_ops"]["first_loss"] == pytest.approx(records["jnp"]["first_loss"],
-                                                             rel=1e-2)
-    for norm in ("jnp", "gpu_ops"):
+    # same parameters and tokens: the same first loss, and all learn
+    for norm in ("gpu_ops", "gpu_ops_residual"):
+        assert records[norm]["first_loss"] == pytest.approx(records["jnp"]["first_loss"],
+                                                            rel=1e-2)
+    for norm in ("jnp", "gpu_ops", "gpu_ops_residual"):
         assert records[norm]["last_loss"] < records[norm]["first_loss"]
     # without norms it is another model
     assert records["identity"]["first_loss"] != pytest.approx(records["jnp"]["first_loss"],

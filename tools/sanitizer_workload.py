@@ -39,6 +39,16 @@ CASES = [
 ]
 
 
+# The forward with a residual add (one kernel for every shape): a part
+# warp, rows longer than a block's sweep, no rows, mixed dtypes.
+RESIDUAL_CASES = [
+    ((3, 5), jnp.float32, jnp.float32),
+    ((67, 5000), jnp.bfloat16, jnp.bfloat16),
+    ((0, 16), jnp.float16, jnp.float16),
+    ((9, 4096), jnp.bfloat16, jnp.float32),
+]
+
+
 def main():
     for shape, x_dtype, w_dtype in CASES:
         x = jax.random.normal(jax.random.key(0), shape, jnp.float32).astype(x_dtype)
@@ -47,6 +57,12 @@ def main():
         dx, dweight = pullback(jnp.ones_like(y))
         jax.block_until_ready((y, dx, dweight))
         print("ok", shape, jnp.dtype(x_dtype).name, jnp.dtype(w_dtype).name, flush=True)
+    for shape, x_dtype, w_dtype in RESIDUAL_CASES:
+        x = jax.random.normal(jax.random.key(1), shape, jnp.float32).astype(x_dtype)
+        y, total = gpu_ops.rms_norm(x, jnp.ones(shape[-1:], w_dtype), residual=x)
+        jax.block_until_ready((y, total))
+        print("ok, with a residual", shape, jnp.dtype(x_dtype).name, jnp.dtype(w_dtype).name,
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,16 @@ py::capsule Capsule(Handler* handler) {
 py::dict Targets() {
   py::dict cpu;
   cpu["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCpu);
+  cpu["gpu_ops_rms_norm_residual_fwd"] =
+      Capsule(gpu_ops::RmsNormResidualForwardCpu);
   cpu["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCpu);
   py::dict targets;
   targets["cpu"] = cpu;
 #ifdef GPU_OPS_WITH_CUDA
   py::dict cuda;
   cuda["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCuda);
+  cuda["gpu_ops_rms_norm_residual_fwd"] =
+      Capsule(gpu_ops::RmsNormResidualForwardCuda);
   cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
   cuda["gpu_ops_rms_norm_fwd_apex_seed"] =
       Capsule(gpu_ops::RmsNormForwardCudaApexSeed);

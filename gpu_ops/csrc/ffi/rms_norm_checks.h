@@ -126,6 +126,25 @@ inline ffi::Error CheckForwardBuffers(const ffi::AnyBuffer& x,
                       LeadingDims(x, w));
 }
 
+// The forward's buffers, and the residual add's operand and result (x +
+// residual), both of x's dtype and shape.
+inline ffi::Error CheckResidualForwardBuffers(
+    const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+    const ffi::AnyBuffer& residual, double eps, const ffi::AnyBuffer& y,
+    const ffi::AnyBuffer& inv_rms, const ffi::AnyBuffer& sum,
+    RowGeometry* geometry) {
+  if (auto err = CheckForwardBuffers(x, w, eps, y, inv_rms, geometry);
+      err.failure()) {
+    return err;
+  }
+  if (auto err = ExpectBuffer("residual", residual, x.element_type(),
+                              x.dimensions());
+      err.failure()) {
+    return err;
+  }
+  return ExpectBuffer("x + residual", sum, x.element_type(), x.dimensions());
+}
+
 inline ffi::Error CheckBackwardBuffers(
     const ffi::AnyBuffer& dy, const ffi::AnyBuffer& inv_rms,
     const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, double eps,

@@ -1,6 +1,7 @@
 // The CUDA FFI handlers: validate the buffers, then launch the kernels.
 //
-// Two pairs of handlers share this code:
+// Two pairs of handlers share this code (and the forward with a residual add
+// has its own, RmsNormResidualForwardCuda):
 // - RmsNormForwardCuda / RmsNormBackwardCuda (the default): the kernels the
 //   planner (rms_norm_plan.h) chooses for the operands and the GPU;
 // - RmsNormForwardCudaApexSeed / RmsNormBackwardCudaApexSeed: the seed's
@@ -186,6 +187,21 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
   return LaunchBackward(stream, plan, buffers, g);
 }
 
+ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
+                               ffi::AnyBuffer w, ffi::AnyBuffer residual,
+                               ffi::Result<ffi::AnyBuffer> y,
+                               ffi::Result<ffi::AnyBuffer> inv_rms,
+                               ffi::Result<ffi::AnyBuffer> sum, double eps) {
+  RowGeometry g;
+  if (auto err = CheckResidualForwardBuffers(x, w, residual, eps, *y, *inv_rms,
+                                             *sum, &g);
+      err.failure()) {
+    return err;
+  }
+  if (g.rows == 0) return ffi::Error::Success();
+  return ResidualForward(stream, {x, w, residual, *y, *inv_rms, *sum}, g, eps);
+}
+
 // [forward-binding]
 auto ForwardBinding() {
   return ffi::Ffi::Bind()
@@ -198,6 +214,18 @@ auto ForwardBinding() {
       .Attr<double>("eps");
 }
 // [forward-binding-end]
+
+auto ResidualForwardBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Arg<ffi::AnyBuffer>()  // x
+      .Arg<ffi::AnyBuffer>()  // weight
+      .Arg<ffi::AnyBuffer>()  // residual
+      .Ret<ffi::AnyBuffer>()  // y
+      .Ret<ffi::AnyBuffer>()  // inv_rms
+      .Ret<ffi::AnyBuffer>()  // x + residual
+      .Attr<double>("eps");
+}
 
 auto BackwardBinding() {
   return ffi::Ffi::Bind()
@@ -228,6 +256,9 @@ Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without) {
 // buffers XLA passes, so XLA may record them into its CUDA graphs.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCuda, ForwardCuda<Kernels::kFast>,
                               ForwardBinding(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualForwardCuda, ResidualForwardCuda,
+                              ResidualForwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda,
                               BackwardCuda<Kernels::kFast>, BackwardBinding(),

@@ -1,6 +1,8 @@
 // The XLA FFI handlers that gpu_ops exports, one per platform and direction.
 //
 //   forward:  (x, weight; eps) -> (y, inv_rms)
+//   forward with a residual: (x, weight, residual; eps)
+//             -> (y, inv_rms, x + residual), y normalising x + residual
 //   backward: (dy, inv_rms, x, weight; eps) -> (dx, dweight)
 // The CUDA handlers have scratch results besides (cuda_scratch.h): chunk_sums
 // after the forward's results, dweight_partials and chunk_sums after the
@@ -17,10 +19,12 @@
 namespace gpu_ops {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCpu);
 
 #ifdef GPU_OPS_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
 // The seed's kernels alone, the baseline the benchmarks compare with.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCudaApexSeed);

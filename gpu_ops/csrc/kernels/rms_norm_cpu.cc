@@ -30,13 +30,28 @@ double PairwiseSum(int64_t begin, int64_t end, const F& term) {
   return PairwiseSum(begin, middle, term) + PairwiseSum(middle, end, term);
 }
 
+// With a residual, each row first becomes x + residual, rounded to x's
+// dtype (as jnp's x + residual is) and stored in `sum`, and that row is
+// normalised while it is still in the cache.
 template <typename X, typename W>
 void ForwardRows(const X* x, const W* w, W* y, AccumulatorFor<X>* inv_rms,
-                 RowGeometry g, double eps) {
+                 RowGeometry g, double eps, const X* residual = nullptr,
+                 X* sum = nullptr) {
   const int64_t n = g.row_length;
   for (int64_t r = 0; r < g.rows; ++r) {
     const X* x_row = x + r * n;
     W* y_row = y + r * n;
+    if (residual != nullptr) {
+      X* sum_row = sum + r * n;
+      for (int64_t c = 0; c < n; ++c) {
+        // One rounding: the sum of two values of x's dtype is exact in double
+        // for 16-bit values, and rounds to the nearest float32 or float64 as
+        // their own addition does.
+        sum_row[c] = Store<X>::From(Load<double>(x_row[c]) +
+                                    Load<double>(residual[r * n + c]));
+      }
+      x_row = sum_row;
+    }
     const double sum_squares = PairwiseSum(0, n, [&](int64_t c) {
       const double v = Load<double>(x_row[c]);
       return v * v;
@@ -100,6 +115,26 @@ ffi::Error DispatchCpu(ffi::DataType x_type, ffi::DataType w_type, Fn&& fn) {
   return DispatchFloatPair<Float16Bits, BFloat16Bits>(x_type, w_type, fn);
 }
 
+// The forward on x's rows, or with a residual (residual and sum not null)
+// on the rows of x + residual.
+ffi::Error ForwardOnRows(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+                         ffi::AnyBuffer& y, ffi::AnyBuffer& inv_rms,
+                         RowGeometry g, double eps,
+                         const ffi::AnyBuffer* residual = nullptr,
+                         ffi::AnyBuffer* sum = nullptr) {
+  return DispatchCpu(x.element_type(), w.element_type(), [&](auto xt, auto wt) {
+    using X = typename decltype(xt)::type;
+    using W = typename decltype(wt)::type;
+    ForwardRows(static_cast<const X*>(x.untyped_data()),
+                static_cast<const W*>(w.untyped_data()),
+                static_cast<W*>(y.untyped_data()),
+                static_cast<AccumulatorFor<X>*>(inv_rms.untyped_data()), g, eps,
+                residual ? static_cast<const X*>(residual->untyped_data()) : nullptr,
+                sum ? static_cast<X*>(sum->untyped_data()) : nullptr);
+    return ffi::Error::Success();
+  });
+}
+
 ffi::Error ForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
                       ffi::Result<ffi::AnyBuffer> y,
                       ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
@@ -108,16 +143,21 @@ ffi::Error ForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
       err.failure()) {
     return err;
   }
-  return DispatchCpu(x.element_type(), w.element_type(), [&](auto xt, auto wt) {
-    using X = typename decltype(xt)::type;
-    using W = typename decltype(wt)::type;
-    ForwardRows(static_cast<const X*>(x.untyped_data()),
-                static_cast<const W*>(w.untyped_data()),
-                static_cast<W*>(y->untyped_data()),
-                static_cast<AccumulatorFor<X>*>(inv_rms->untyped_data()), g,
-                eps);
-    return ffi::Error::Success();
-  });
+  return ForwardOnRows(x, w, *y, *inv_rms, g, eps);
+}
+
+ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
+                              ffi::AnyBuffer residual,
+                              ffi::Result<ffi::AnyBuffer> y,
+                              ffi::Result<ffi::AnyBuffer> inv_rms,
+                              ffi::Result<ffi::AnyBuffer> sum, double eps) {
+  RowGeometry g;
+  if (auto err = CheckResidualForwardBuffers(x, w, residual, eps, *y, *inv_rms,
+                                             *sum, &g);
+      err.failure()) {
+    return err;
+  }
+  return ForwardOnRows(x, w, *y, *inv_rms, g, eps, &residual, &*sum);
 }
 
 ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
@@ -157,6 +197,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCpu, ForwardCpu,
                                   .Arg<ffi::AnyBuffer>()  // weight
                                   .Ret<ffi::AnyBuffer>()  // y
                                   .Ret<ffi::AnyBuffer>()  // inv_rms
+                                  .Attr<double>("eps"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualForwardCpu, ResidualForwardCpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // weight
+                                  .Arg<ffi::AnyBuffer>()  // residual
+                                  .Ret<ffi::AnyBuffer>()  // y
+                                  .Ret<ffi::AnyBuffer>()  // inv_rms
+                                  .Ret<ffi::AnyBuffer>()  // x + residual
                                   .Attr<double>("eps"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCpu, BackwardCpu,

@@ -6,6 +6,7 @@
 // - rms_norm_grid_rows.cu: inputs the whole GPU holds at once;
 // - rms_norm_shared_rows.cu: forward rows a cluster holds in shared memory;
 // - rms_norm_split_rows.cu: each row over many blocks, in two passes;
+// - rms_norm_residual.cu: the forward with a residual add, any dtypes;
 // - rms_norm_apex_seed.cu: the seed tutorial's kernels, derived from NVIDIA
 //   apex: every dtype pair and row length. They run what the fast kernels do
 //   not cover, and stay selectable on their own as the comparison baseline.
@@ -36,6 +37,14 @@ struct BackwardBuffers {
   ffi::AnyBuffer partials;           // scratch: (num_partials, row_length)
   ffi::AnyBuffer chunk_sums;         // scratch: float32 (ChunkSumsLength)
 };
+
+struct ResidualForwardBuffers {
+  ffi::AnyBuffer x, w, residual;   // inputs
+  ffi::AnyBuffer y, inv_rms, sum;  // results; sum = x + residual
+};
+
+ffi::Error ResidualForward(cudaStream_t stream, const ResidualForwardBuffers& b,
+                           RowGeometry g, double eps);
 
 ffi::Error ApexSeedForward(cudaStream_t stream, const ForwardBuffers& b,
                            RowGeometry g, double eps);
