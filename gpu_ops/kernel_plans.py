@@ -39,20 +39,22 @@ H100 = GpuModel("H100", sms=132, clusters=True,
 
 DIRECTIONS = ("forward", "backward")
 #: The kernel paths, in the order the planner tries them (rms_norm_plan.h);
-#: the last, the seed's kernels, takes every input and is never left out.
+#: the last, the general kernels, takes every input and is never left out.
 PATHS = tuple(_native.kernel_paths)
 
 
-def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None):
+def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None,
+                residual=False):
     """The plan of the CUDA call on x of `shape` and `dtype` and a weight of
     `weight_dtype` (default: x's) over x's last axis: a dict naming the
     kernel path and its launch shape.
 
     direction: "forward" or "backward". gpu: None for the current GPU (a build
     with CUDA kernels, on a GPU), else a :class:`GpuModel`. without: names of
-    paths to leave out (PATHS, the seed's kernels excepted), for a described
+    paths to leave out (PATHS, the general kernels excepted), for a described
     GPU; the current GPU's handlers leave out those that the environment
-    variable GPU_OPS_PLAN_WITHOUT lists, comma-separated.
+    variable GPU_OPS_PLAN_WITHOUT lists, comma-separated. residual: the
+    forward with a residual add (``rms_norm(..., residual=r)``).
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
@@ -70,4 +72,5 @@ def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None
     dtype_name = np.dtype(dtype).name
     if weight_dtype is not None and np.dtype(weight_dtype) != np.dtype(dtype):
         dtype_name = "mixed"  # the fast kernels take one dtype only
-    return _native.plan(direction, rows, row_length, dtype_name, gpu, ",".join(without))
+    return _native.plan(direction, rows, row_length, dtype_name, gpu, ",".join(without),
+                        bool(residual))

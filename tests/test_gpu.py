@@ -93,24 +93,6 @@ def test_more_than_two_to_the_31_elements():
                                rtol=2e-2, atol=2e-2 * float(jnp.abs(expected).max()))
 
 
-# The forward with a residual add (rms_norm_residual.cu): a row shorter than
-# a warp, one a block takes in one sweep and one it takes in several, the
-# seed's long rows, more rows than blocks run at once, and x and the weight
-# of different dtypes.
-RESIDUAL_CASES = [((67, 3), jnp.float32, None), ((67, 2_048), jnp.bfloat16, None),
-                  ((67, 5_000), jnp.float16, None), ((32, 262_144), jnp.bfloat16, None),
-                  ((70_001, 96), jnp.float32, None), ((67, 1_024), jnp.float64, None),
-                  ((67, 4_096), jnp.bfloat16, jnp.float32)]
-
-
-@pytest.mark.parametrize("shape,dtype,weight_dtype", RESIDUAL_CASES, ids=str)
-def test_residual_forward_over_the_row_lengths(shape, dtype, weight_dtype):
-    def fused(x, weight, residual):
-        return gpu_ops.rms_norm(x, weight, residual=residual)
-    reference.check_residual_op(fused, *reference.residual_inputs(
-        shape, dtype, weight_dtype=weight_dtype, seed=7))
-
-
 # Shapes that together take every kernel path of the planner
 # (gpu_ops/csrc/plan/rms_norm_plan.h) in each direction, on a GPU with clusters and
 # without: 67 rows are few (a block per row, a thread per 16-byte vector),
@@ -119,7 +101,8 @@ def test_residual_forward_over_the_row_lengths(shape, dtype, weight_dtype):
 # (the grid kernels), as do 3 rows of 131,080, whose last chunk is cut short
 # and whose forward on Hopper holds a row in a cluster's shared memory;
 # float32 rows of 262,144 are split over many blocks; and rows the fast
-# kernels do not cover (not whole 16-byte vectors, float64) take the seed's.
+# kernels do not cover (not whole 16-byte vectors, float64) take the general
+# ones (the seed tutorial's).
 PATH_CASES = [((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
               ((1_001, 16_384), jnp.bfloat16), ((67, 65_536), jnp.bfloat16),
               ((32, 262_144), jnp.bfloat16), ((3, 131_080), jnp.bfloat16),
@@ -161,11 +144,11 @@ def test_the_path_cases_take_every_path():
                          for shape, dtype in PATH_CASES}
              for direction in ("forward", "backward")}
     forward = {"few_rows", "rows_per_block", "row_per_block", "row_teams", "grid_rows",
-               "shared_row", "split_rows", "apex_seed"}
+               "shared_row", "split_rows", "general"}
     if not clusters_planned():  # row teams of one block need more rows than a grid has blocks
         forward -= {"shared_row", "row_teams"}
     assert taken == {"forward": forward,
-                     "backward": {"row_teams", "grid_rows", "split_rows", "apex_seed"}}
+                     "backward": {"row_teams", "grid_rows", "split_rows", "general"}}
     clusters = {kernel_plan(direction, shape, dtype)["cluster"]
                 for shape, dtype in PATH_CASES for direction in ("forward", "backward")}
     assert (max(clusters) > 1) == clusters_planned()
@@ -357,3 +340,32 @@ def test_a_plan_setting_that_names_no_path_is_a_clear_error():
     assert result.returncode != 0
     assert "GPU_OPS_PLAN_WITHOUT='fastest' names something other than kernel paths" in (
         result.stderr)
+
+
+# The forward with a residual add. Few rows (a block each), rows a block
+# holds (FastResidualForwardKernel: a transformer's 16,384 x 2,048, more rows
+# than blocks run at once, 16-bit rows of 16,384 in 1024-thread blocks, a
+# row of 5,000 whose last vectors are cut short); and the general kernel
+# (rms_norm_residual.cu) for a row shorter than a vector, the seed's long
+# rows, float64, and x and the weight of different dtypes.
+RESIDUAL_CASES = [((67, 2_048), jnp.bfloat16, None), ((16_384, 2_048), jnp.bfloat16, None),
+                  ((70_001, 96), jnp.float32, None), ((1_001, 16_384), jnp.bfloat16, None),
+                  ((67, 5_000), jnp.float16, None), ((67, 3), jnp.float32, None),
+                  ((32, 262_144), jnp.bfloat16, None), ((67, 1_024), jnp.float64, None),
+                  ((67, 4_096), jnp.bfloat16, jnp.float32)]
+
+
+@pytest.mark.parametrize("shape,dtype,weight_dtype", RESIDUAL_CASES, ids=str)
+def test_residual_forward_over_the_row_lengths(shape, dtype, weight_dtype):
+    def fused(x, weight, residual):
+        return gpu_ops.rms_norm(x, weight, residual=residual)
+    reference.check_residual_op(fused, *reference.residual_inputs(
+        shape, dtype, weight_dtype=weight_dtype, seed=7))
+
+
+@pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="paths are left out")
+def test_the_residual_cases_take_every_residual_path():
+    taken = {kernel_plan("forward", shape, dtype, residual=True,
+                         weight_dtype=weight_dtype)["path"]
+             for shape, dtype, weight_dtype in RESIDUAL_CASES}
+    assert taken == {"few_rows", "rows_per_block", "general"}

@@ -31,8 +31,8 @@ CLASSES = [
     ((32, 512 * 512), jnp.bfloat16, ("grid_rows", "grid_rows"), ("split_rows", "split_rows")),
     ((1_024, 512 * 512), jnp.bfloat16, ("shared_row", "split_rows"),
      ("split_rows", "split_rows")),
-    ((67, 1_024), jnp.float64, ("apex_seed", "apex_seed"), ("apex_seed", "apex_seed")),
-    ((67, 6), jnp.float32, ("apex_seed", "apex_seed"), ("apex_seed", "apex_seed")),
+    ((67, 1_024), jnp.float64, ("general", "general"), ("general", "general")),
+    ((67, 6), jnp.float32, ("general", "general"), ("general", "general")),
 ]
 
 
@@ -85,7 +85,7 @@ def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
 
 
 @pytest.mark.parametrize("gpu", [H100, A100], ids=lambda gpu: gpu.name)
-def test_no_row_of_whole_vectors_falls_to_the_seeds_kernels(gpu):
+def test_no_row_of_whole_vectors_falls_to_the_general_kernels(gpu):
     # A sweep, beside the random search below: the gaps between the paths'
     # ranges are narrow (an A100's float32 backward once fell through for
     # rows of 6,913 to 8,192 values only).
@@ -94,7 +94,7 @@ def test_no_row_of_whole_vectors_falls_to_the_seeds_kernels(gpu):
             for rows in (1, 7, 300, 1_000, 1 << 20):
                 for direction in ("forward", "backward"):
                     plan = kernel_plan(direction, (rows, row_vectors * values), dtype, gpu)
-                    assert plan["path"] != "apex_seed", (direction, rows, row_vectors, dtype)
+                    assert plan["path"] != "general", (direction, rows, row_vectors, dtype)
 
 
 @hypothesis.example(rows=1_000, row_vectors=1_729, dtype=jnp.float32, gpu=A100,
@@ -107,15 +107,15 @@ def test_every_plan_covers_its_rows_within_the_gpus_limits(rows, row_vectors, dt
                                                            direction):
     row_length = row_vectors * VALUES_PER_VECTOR[dtype]
     plan = kernel_plan(direction, (rows, row_length), dtype, gpu)
-    assert plan["path"] != "apex_seed"  # whole 16-byte vectors of a fast dtype
+    assert plan["path"] != "general"  # whole 16-byte vectors of a fast dtype
     check_plan_covers(plan, direction, rows, row_length, dtype, gpu)
 
 
 @pytest.mark.parametrize("row_length", [1, 3, 5, 1_001])
 @pytest.mark.parametrize("direction", ["forward", "backward"])
-def test_rows_of_part_vectors_take_the_seeds_kernels(row_length, direction):
+def test_rows_of_part_vectors_take_the_general_kernels(row_length, direction):
     for dtype in (jnp.bfloat16, jnp.float32):
-        assert kernel_plan(direction, (8, row_length), dtype, H100)["path"] == "apex_seed"
+        assert kernel_plan(direction, (8, row_length), dtype, H100)["path"] == "general"
 
 
 def test_a_gpu_that_holds_fewer_blocks_gets_fewer_few_rows():
@@ -142,22 +142,22 @@ def test_bad_questions_get_clear_errors():
 def test_leaving_a_path_out_gives_the_next_one_that_takes_the_rows(shape, dtype, on_h100,
                                                                    on_a100):
     for direction, path in zip(("forward", "backward"), on_h100):
-        if path == "apex_seed":
+        if path == "general":
             continue
         plan = kernel_plan(direction, shape, dtype, H100, without=[path])
         assert PATHS.index(plan["path"]) > PATHS.index(path)
-        if plan["path"] != "apex_seed":  # which takes every input
+        if plan["path"] != "general":  # which takes every input
             check_plan_covers(plan, direction, shape[0], shape[1], dtype, H100)
-    # with every fast path left out, the seed's kernels take everything
+    # with every fast path left out, the general kernels take everything
     everything = kernel_plan("forward", shape, dtype, H100, without=PATHS[:-1])
-    assert everything["path"] == "apex_seed"
+    assert everything["path"] == "general"
 
 
 def test_only_paths_can_be_left_out():
     with pytest.raises(ValueError, match="kernel paths"):
         kernel_plan("forward", (8, 1_024), jnp.float32, H100, without=["fastest"])
     with pytest.raises(ValueError, match="kernel paths"):
-        kernel_plan("forward", (8, 1_024), jnp.float32, H100, without=["apex_seed"])
+        kernel_plan("forward", (8, 1_024), jnp.float32, H100, without=["general"])
     with pytest.raises(TypeError, match="sequence of path names"):
         kernel_plan("forward", (8, 1_024), jnp.float32, H100, without="grid_rows")
 
@@ -176,18 +176,22 @@ def test_the_sanitizer_workload_takes_every_path_on_an_h100():
             taken.add((plan["path"], plan["cluster"] > 1))
         every = {("few_rows", False), ("row_per_block", False), ("rows_per_block", False),
                  ("row_teams", True), ("grid_rows", False), ("shared_row", True),
-                 ("split_rows", False), ("apex_seed", False)}
+                 ("split_rows", False), ("general", False)}
         if direction == "backward":
             every = {("row_teams", False), ("row_teams", True), ("grid_rows", False),
-                     ("split_rows", False), ("apex_seed", False)}
+                     ("split_rows", False), ("general", False)}
         assert taken == every, direction
+    with_residual = {kernel_plan("forward", shape, x_dtype, H100, weight_dtype=w_dtype,
+                                 residual=True)["path"]
+                     for shape, x_dtype, w_dtype in workload.RESIDUAL_CASES if 0 not in shape}
+    assert with_residual == {"few_rows", "rows_per_block", "general"}
 
 
-def test_mixed_dtypes_take_the_seeds_kernels():
+def test_mixed_dtypes_take_the_general_kernels():
     plan = kernel_plan("forward", (8, 1_024), jnp.bfloat16, H100, weight_dtype=jnp.float32)
-    assert plan["path"] == "apex_seed"
+    assert plan["path"] == "general"
     same = kernel_plan("forward", (8, 1_024), jnp.bfloat16, H100, weight_dtype=jnp.bfloat16)
-    assert same["path"] != "apex_seed"
+    assert same["path"] != "general"
 
 
 @pytest.mark.parametrize("row_length", [1_024, 4_096])
@@ -198,4 +202,45 @@ def test_short_rows_never_take_the_long_row_paths(row_length):
     for direction in ("forward", "backward"):
         plan = kernel_plan(direction, (67, row_length), jnp.bfloat16, H100,
                            without=short_row_paths)
-        assert plan["path"] == "apex_seed", direction
+        assert plan["path"] == "general", direction
+
+
+# The forward with a residual add: few rows, and rows a block holds (half as
+# many rows a block as without it, for the residual's loads, and 16-bit rows
+# of 16,384 too); the general kernels take the rest, such as rows a cluster
+# holds.
+RESIDUAL_CLASSES = [((67, 1_024), jnp.bfloat16, "few_rows"),
+                    ((16_384, 2_048), jnp.bfloat16, "rows_per_block"),
+                    ((16_384, 1_024), jnp.float32, "rows_per_block"),
+                    ((16_384, 512), jnp.bfloat16, "rows_per_block"),
+                    ((16_384, 16_384), jnp.bfloat16, "rows_per_block"),
+                    ((67, 65_536), jnp.bfloat16, "general"),
+                    ((67, 1_024), jnp.float64, "general")]
+
+
+@pytest.mark.parametrize("shape,dtype,path", RESIDUAL_CLASSES)
+def test_the_residual_forward_takes_rows_a_block_holds(shape, dtype, path):
+    for gpu in (H100, A100):
+        plan = kernel_plan("forward", shape, dtype, gpu, residual=True)
+        assert plan["path"] == path, gpu.name
+        if path == "rows_per_block":
+            assert plan["rows_per_group"] == max(1, 2 // plan["vectors"])
+        if path != "general":
+            check_plan_covers(plan, "forward", *shape, dtype, gpu)
+
+
+def test_residual_plans_are_of_the_forward():
+    with pytest.raises(ValueError, match="residual applies to the forward"):
+        kernel_plan("backward", (8, 1_024), jnp.float32, H100, residual=True)
+
+
+@pytest.mark.parametrize("gpu", [H100, A100], ids=lambda gpu: gpu.name)
+def test_every_residual_plan_covers_its_rows_within_the_gpus_limits(gpu):
+    for dtype, values in VALUES_PER_VECTOR.items():
+        for row_vectors in [*range(1, 1 << 12, 5), 1 << 12, 1 << 14]:
+            for rows in (1, 300, 1 << 20):
+                plan = kernel_plan("forward", (rows, row_vectors * values), dtype, gpu,
+                                   residual=True)
+                assert plan["path"] in ("few_rows", "rows_per_block", "general")
+                if plan["path"] != "general":
+                    check_plan_covers(plan, "forward", rows, row_vectors * values, dtype, gpu)

@@ -39,11 +39,15 @@ CASES = [
 ]
 
 
-# The forward with a residual add (one kernel for every shape): a part
-# warp, rows longer than a block's sweep, no rows, mixed dtypes.
+# The forward with a residual add: few rows; rows a block holds, more rows
+# than blocks and a row's last vectors cut short; and the general kernel for
+# a part vector, long rows, no rows and mixed dtypes.
 RESIDUAL_CASES = [
-    ((3, 5), jnp.float32, jnp.float32),
+    ((67, 1024), jnp.bfloat16, jnp.bfloat16),
+    ((4099, 1024), jnp.float32, jnp.float32),
     ((67, 5000), jnp.bfloat16, jnp.bfloat16),
+    ((3, 5), jnp.float32, jnp.float32),
+    ((5, 262144), jnp.bfloat16, jnp.bfloat16),
     ((0, 16), jnp.float16, jnp.float16),
     ((9, 4096), jnp.bfloat16, jnp.float32),
 ]

@@ -89,7 +89,8 @@ gpu_ops::PathSet Paths(const std::string& names, const char* what) {
 }
 
 py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
-              const std::string& dtype, py::object gpu, const std::string& without) {
+              const std::string& dtype, py::object gpu, const std::string& without,
+              bool residual) {
   if (direction != "forward" && direction != "backward") {
     throw std::invalid_argument("direction must be 'forward' or 'backward', got '" +
                                 direction + "'");
@@ -98,7 +99,13 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
     throw std::invalid_argument("rows and row_length must be positive");
   }
   const bool forward = direction == "forward";
-  const gpu_ops::Problem problem = CallProblem(rows, row_length, dtype);
+  if (residual && !forward) {
+    throw std::invalid_argument(
+        "residual applies to the forward (the backward of the residual add is "
+        "the plain backward)");
+  }
+  gpu_ops::Problem problem = CallProblem(rows, row_length, dtype);
+  problem.residual = residual;
   if (gpu.is_none()) {
 #ifdef GPU_OPS_WITH_CUDA
     // The handlers' plan: what GPU_OPS_PLAN_WITHOUT leaves out, and nothing else.
@@ -157,16 +164,17 @@ PYBIND11_MODULE(_native, m) {
         "Floats a row takes in the CUDA calls' chunk-sums scratch vector (0 "
         "for rows the split-row kernels do not take).");
   py::list paths;
-  for (int i = 0; i <= static_cast<int>(gpu_ops::Path::kApexSeed); ++i) {
+  for (int i = 0; i <= static_cast<int>(gpu_ops::Path::kGeneral); ++i) {
     paths.append(gpu_ops::PathName(static_cast<gpu_ops::Path>(i)));
   }
   m.attr("kernel_paths") = py::tuple(paths);
   m.def("plan", &Plan, py::arg("direction"), py::arg("rows"),
         py::arg("row_length"), py::arg("dtype"), py::arg("gpu"),
-        py::arg("without"),
+        py::arg("without"), py::arg("residual"),
         "The CUDA kernel plan of a call: on the current GPU (gpu=None), or on "
         "a GPU described by gpu's numbers (gpu_ops.kernel_plans.GpuModel), "
-        "leaving out the comma-separated paths `without`.");
+        "leaving out the comma-separated paths `without`; of the forward with "
+        "a residual add if `residual`.");
   m.def("dweight_partial_rows", &gpu_ops::DweightPartialRows, py::arg("rows"),
         py::arg("row_length"),
         "Height of the CUDA backward's weight-gradient scratch matrix.");

@@ -72,7 +72,7 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
     case Path::kGridRows: return LaunchGridRowsForward(stream, plan, b, g, eps);
     case Path::kSharedRow: return LaunchSharedRowForward(stream, plan, b, g, eps);
     case Path::kSplitRows: return LaunchSplitRowsForward(stream, plan, b, g, eps);
-    case Path::kApexSeed: break;
+    case Path::kGeneral: break;
   }
   return ApexSeedForward(stream, b, g, eps);
 }
@@ -83,7 +83,7 @@ ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
     case Path::kRowTeams: return LaunchRowTeamsBackward(stream, plan, b, g);
     case Path::kGridRows: return LaunchGridRowsBackward(stream, plan, b, g);
     case Path::kSplitRows: return LaunchSplitRowsBackward(stream, plan, b, g);
-    case Path::kApexSeed: return ApexSeedBackward(stream, b, g);
+    case Path::kGeneral: return ApexSeedBackward(stream, b, g);
     default: break;
   }
   return ffi::Error::Internal(
@@ -199,7 +199,16 @@ ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     return err;
   }
   if (g.rows == 0) return ffi::Error::Success();
-  return ResidualForward(stream, {x, w, residual, *y, *inv_rms, *sum}, g, eps);
+  const ResidualForwardBuffers buffers{x, w, residual, *y, *inv_rms, *sum};
+  Problem problem{g.rows, g.row_length,
+                  FastBuffers(x, w, residual, *y, *inv_rms, *sum),
+                  PlanDType(x.element_type()), 0, 0};
+  problem.residual = true;
+  PathSet without = 0;
+  if (auto err = PathsLeftOut(&without); err.failure()) return err;
+  const Plan plan = PlanForward(problem, CurrentGpu(), without);
+  if (plan.path == Path::kGeneral) return ResidualForward(stream, buffers, g, eps);
+  return LaunchRowsResidualForward(stream, plan, buffers, g, eps);
 }
 
 // [forward-binding]

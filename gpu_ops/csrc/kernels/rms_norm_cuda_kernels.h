@@ -45,6 +45,10 @@ struct ResidualForwardBuffers {
 
 ffi::Error ResidualForward(cudaStream_t stream, const ResidualForwardBuffers& b,
                            RowGeometry g, double eps);
+// kFewRows and kRowsPerBlock with a residual add.
+ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
+                                     const ResidualForwardBuffers& b,
+                                     RowGeometry g, double eps);
 
 ffi::Error ApexSeedForward(cudaStream_t stream, const ForwardBuffers& b,
                            RowGeometry g, double eps);

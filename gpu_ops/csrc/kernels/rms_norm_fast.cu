@@ -174,6 +174,51 @@ __global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
 }
 // [forward-kernel-end]
 
+// The forward with a residual add, of rows a block holds: as
+// FastForwardKernel, with x's and the residual's vectors in flight together
+// (so half its rows a block: RowsPerBlock), their sum rounded to T, stored,
+// and normalised from registers.
+template <typename T, int kVectors, int kRows>
+__global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
+    FastResidualForwardKernel(const T* __restrict__ x,
+                              const T* __restrict__ residual,
+                              const T* __restrict__ w, T* __restrict__ y,
+                              float* __restrict__ inv_rms, T* __restrict__ sum,
+                              int64_t rows, int row_vectors,
+                              float inv_row_length, float eps) {
+  using P = Pack<T>;
+  __shared__ float warp_sums[kRows][kMaxThreads / kWarpSize];
+  const Place at{0, 0, static_cast<int>(threadIdx.x),
+                 static_cast<int>(blockDim.x)};
+  const int64_t first = int64_t{blockIdx.x} * kRows;
+  P xv[kRows][kVectors];
+  P rv[kRows][kVectors];
+  LoadRows(reinterpret_cast<const P*>(x), first, rows, row_vectors, at, xv);
+  LoadRows(reinterpret_cast<const P*>(residual), first, rows, row_vectors, at,
+           rv);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      P total;
+#pragma unroll
+      for (int e = 0; e < P::kSize; ++e) {
+        total.v[e] = Storage<T>::From(Element(xv[r][k], e) + Element(rv[r][k], e));
+      }
+      xv[r][k] = total;
+    }
+    if (first + r < rows) {
+      StoreVectors<kVectors>(reinterpret_cast<P*>(sum) + (first + r) * row_vectors,
+                             row_vectors, at,
+                             [&](int k, int e) { return Element(xv[r][k], e); });
+    }
+  }
+  P wv[kVectors];
+  LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+  NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, inv_row_length,
+                eps, reinterpret_cast<P*>(y), inv_rms, at);
+}
+
 // The forward of one row per block, for blocks of more than 512 threads
 // (16-bit rows of 16,384). FastForwardKernel's two rows of 1024 threads take
 // up to 64 registers a thread, so an SM would hold one such block, and while
@@ -508,9 +553,9 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
               return CheckLaunch(what);
             }
           } else if (plan.path == Path::kRowsPerBlock &&
-                     plan.rows_per_group == std::max(1, kForwardLoads / kVectors)) {
+                     plan.rows_per_group == RowsPerBlock(kVectors, false)) {
             // The kernel's rows a block are a template argument: the plan's.
-            constexpr int kRows = std::max(1, kForwardLoads / kVectors);
+            constexpr int kRows = RowsPerBlock(kVectors, false);
             FastForwardKernel<T, kVectors, kRows>
                 <<<blocks, shape.team, 0, stream>>>(
                     x, w, y, inv_rms, g.rows, row_vectors,
@@ -562,6 +607,44 @@ ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
     if (launched.failure()) return launched;
     return SumPartials(stream, partials, static_cast<T*>(b.dw.untyped_data()),
                        plan.groups, g.row_length);
+  });
+}
+
+ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
+                                     const ResidualForwardBuffers& b,
+                                     RowGeometry g, double eps) {
+  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
+    const T* x = static_cast<const T*>(b.x.untyped_data());
+    const T* residual = static_cast<const T*>(b.residual.untyped_data());
+    const T* w = static_cast<const T*>(b.w.untyped_data());
+    T* y = static_cast<T*>(b.y.untyped_data());
+    float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
+    T* sum = static_cast<T*>(b.sum.untyped_data());
+    const float inv_row_length = Reciprocal(g.row_length);
+    const float epsilon = static_cast<float>(eps);
+    const char* what = "launching the residual forward kernel";
+    if (plan.path == Path::kFewRows) {
+      return Launch(stream, FastResidualForwardKernel<T, 1, 1>, plan.shape,
+                    plan.groups, 0, what, x, residual, w, y, inv_rms, sum,
+                    g.rows, row_vectors, inv_row_length, epsilon);
+    }
+    return DispatchVectors<kForwardVectors<T>>(
+        plan.shape.vectors, [&](auto vectors) -> ffi::Error {
+          constexpr int kVectors = decltype(vectors)::value;
+          constexpr int kRows = RowsPerBlock(kVectors, true);
+          if (plan.path != Path::kRowsPerBlock || plan.rows_per_group != kRows) {
+            return ffi::Error::Internal(
+                std::string("gpu_ops rms_norm: the residual forward cannot run "
+                            "plan ") + PathName(plan.path));
+          }
+          FastResidualForwardKernel<T, kVectors, kRows>
+              <<<static_cast<unsigned>(plan.groups), plan.shape.team, 0,
+                 stream>>>(x, residual, w, y, inv_rms, sum, g.rows,
+                           row_vectors, inv_row_length, epsilon);
+          return CheckLaunch(what);
+        });
   });
 }
 

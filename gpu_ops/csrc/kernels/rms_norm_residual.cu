@@ -2,12 +2,12 @@
 // residual itself, for the residual stream of a transformer, from one kernel.
 //
 // Unfused, XLA's add reads x and residual and writes their sum, and the norm
-// reads that sum again: five passes over a matrix. Here each block takes a
-// row, writes the sum as it adds up its squares, and normalises the sum it
-// has just written, which its threads read back from their own stores (L1
-// or L2, not memory): four passes. It takes every dtype pair and row length;
-// the planner's fast kernels (rms_norm_fast.cu and the others) take no
-// residual yet.
+// reads that sum again: five passes over a matrix. Fused, four. Few rows and
+// rows a block holds take FastResidualForwardKernel (rms_norm_fast.cu),
+// which keeps the sum in registers; this general kernel takes the rest
+// (every dtype pair and row length): each block takes a row, writes the sum
+// as it adds up its squares, and normalises the sum it has just written,
+// which its threads read back from their own stores (L1 or L2, not memory).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

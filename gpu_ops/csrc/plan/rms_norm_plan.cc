@@ -79,7 +79,8 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
   plan.shape = *shape;
   // 16-bit rows in blocks of more than 512 threads: one row a block, two
   // blocks an SM.
-  if (!Contains(without, Path::kRowPerBlock) && ElementBytes(p.dtype) == 2 &&
+  if (!p.residual && !Contains(without, Path::kRowPerBlock) &&
+      ElementBytes(p.dtype) == 2 &&
       shape->cluster == 1 && shape->team > kMaxThreads / 2 &&
       p.rows <= kMaxGrid) {
     plan.path = Path::kRowPerBlock;
@@ -87,8 +88,8 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
     return plan;
   }
   // A block holds a row, and a grid covers all rows: one block per
-  // kForwardLoads / vectors rows.
-  const int rows_per_block = std::max(1, kForwardLoads / shape->vectors);
+  // RowsPerBlock rows.
+  const int rows_per_block = RowsPerBlock(shape->vectors, p.residual);
   if (!Contains(without, Path::kRowsPerBlock) && shape->cluster == 1 &&
       CeilDiv(p.rows, rows_per_block) <= kMaxGrid) {
     plan.path = Path::kRowsPerBlock;
@@ -98,7 +99,7 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
   }
   // Rows over a cluster (or more rows than a grid's blocks): as many groups
   // as run at once, each working through many rows.
-  if (Contains(without, Path::kRowTeams)) return std::nullopt;
+  if (p.residual || Contains(without, Path::kRowTeams)) return std::nullopt;
   plan.shared_bytes = RingBytes(*shape, 1);
   const int64_t resident = device.Resident(
       Kernel::kRowTeamsForward, p.dtype, *shape, plan.shared_bytes);
@@ -230,6 +231,7 @@ Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without) {
   if (!Fast(p)) return Plan{};
   if (auto plan = FewRows(p, device, without)) return *plan;
   if (auto plan = RowTeamsForward(p, device, without)) return *plan;
+  if (p.residual) return Plan{};  // the general residual kernel takes the rest
   if (auto plan = GridRows(p, device, Kernel::kGridForward, kMaxGridForwardRows,
                            GridForwardSharedBytes, p.chunk_sums, without)) {
     return *plan;
@@ -273,7 +275,7 @@ const char* PathName(Path path) {
     case Path::kGridRows: return "grid_rows";
     case Path::kSharedRow: return "shared_row";
     case Path::kSplitRows: return "split_rows";
-    case Path::kApexSeed: return "apex_seed";
+    case Path::kGeneral: return "general";
   }
   return "unknown";
 }
@@ -286,7 +288,7 @@ bool ParsePaths(const std::string& names, PathSet* paths) {
     const std::string name = names.substr(start, end - start);
     if (!name.empty()) {
       bool known = false;
-      for (int i = 0; i < static_cast<int>(Path::kApexSeed); ++i) {
+      for (int i = 0; i < static_cast<int>(Path::kGeneral); ++i) {
         if (name == PathName(static_cast<Path>(i))) {
           *paths |= PathSet{1} << i;
           known = true;
@@ -301,7 +303,7 @@ bool ParsePaths(const std::string& names, PathSet* paths) {
 
 std::string LeavablePathNames() {
   std::string names;
-  for (int i = 0; i < static_cast<int>(Path::kApexSeed); ++i) {
+  for (int i = 0; i < static_cast<int>(Path::kGeneral); ++i) {
     names += (i == 0 ? "" : ", ") + std::string(PathName(static_cast<Path>(i)));
   }
   return names;

@@ -25,11 +25,14 @@
 //                 (Hopper; rms_norm_shared_rows.cu);
 //   kSplitRows    the rest: each row over many blocks, in two passes
 //                 (rms_norm_split_rows.cu);
-//   kApexSeed     what the fast kernels do not take (other dtypes, rows not
-//                 of whole 16-byte vectors, unaligned buffers): the seed's
-//                 kernels (rms_norm_apex_seed.cu).
+//   kGeneral      what the fast kernels do not take (other dtypes, rows not
+//                 of whole 16-byte vectors, unaligned buffers): the general
+//                 kernels, the seed tutorial's (rms_norm_apex_seed.cu).
 // backward: kRowTeams (rows a team or cluster holds), kGridRows, kSplitRows
-// and kApexSeed, likewise.
+// and kGeneral, likewise.
+// forward with a residual add (Problem::residual): kFewRows and
+// kRowsPerBlock; kGeneral is the general residual kernel
+// (rms_norm_residual.cu).
 #ifndef GPU_OPS_RMS_NORM_PLAN_H_
 #define GPU_OPS_RMS_NORM_PLAN_H_
 
@@ -60,6 +63,13 @@ constexpr int kStages = 3;
 // a row (FastForwardKernel): a block takes kForwardLoads / vectors-per-row
 // rows. More loads per thread cost registers (16 spill) and gain nothing.
 constexpr int kForwardLoads = 4;
+
+// Rows a block of that forward takes: kForwardLoads vectors in flight a
+// thread, x's and, with a residual add, as many of the residual's.
+constexpr int RowsPerBlock(int vectors, bool residual) {
+  const int rows = (residual ? kForwardLoads / 2 : kForwardLoads) / vectors;
+  return rows > 1 ? rows : 1;
+}
 
 // Grid rows (rms_norm_grid_rows.cu): blocks of kGridThreads threads.
 constexpr int kGridThreads = 1024;
@@ -130,11 +140,15 @@ struct Problem {
   int64_t row_length;
   // x, the weight and the results share one float16, bfloat16 or float32
   // dtype, `dtype`, and their buffers start on 16-byte boundaries; else only
-  // the seed's kernels take them.
+  // the general kernels take them.
   bool fast_dtypes;
   DType dtype;
   int64_t chunk_sums;    // floats of the chunk_sums scratch (cuda_scratch.h)
   int64_t num_partials;  // rows of the weight-gradient scratch (backward)
+  // The forward adds a residual to x first: only kFewRows and kRowsPerBlock
+  // have kernels for it, and kGeneral's residual kernel takes the other
+  // rows.
+  bool residual = false;
 };
 
 enum class Path {
@@ -145,7 +159,7 @@ enum class Path {
   kGridRows,
   kSharedRow,
   kSplitRows,
-  kApexSeed,
+  kGeneral,
 };
 
 // A launch: `groups` blocks (or clusters) of `shape`, with `shared_bytes` of
@@ -154,7 +168,7 @@ enum class Path {
 // backward `segments` row segments. Row teams backward: each group adds up
 // the weight gradient of `rows_per_group` rows.
 struct Plan {
-  Path path = Path::kApexSeed;
+  Path path = Path::kGeneral;
   Shape shape = {1, 0, 1, 0};
   int64_t groups = 0;
   int shared_bytes = 0;
@@ -166,7 +180,7 @@ struct Plan {
 
 // Paths the planner must not take, as a set of bits (1 << Path): to measure
 // a path against the one it would otherwise leave to, and to run every path
-// on one GPU. The seed's kernels, which take every input, stay.
+// on one GPU. The general kernels, which take every input, stay.
 using PathSet = uint32_t;
 
 inline bool Contains(PathSet paths, Path path) {
