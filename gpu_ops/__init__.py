@@ -1,7 +1,9 @@
 """RMS normalisation as a custom JAX operation, with CUDA and CPU kernels.
 
-The one public entry point is :func:`rms_norm`. The modules below it hold the
-pieces the book builds chapter by chapter:
+The entry point is :func:`rms_norm` (with ``residual=``, the residual add in
+the same pass); :func:`rms_norm_fp8` and :func:`rms_norm_through_fp8` give
+its output quantised to float8 for the next matmul. The modules below hold
+the pieces the book builds chapter by chapter:
 
 - ``ffi_targets``: the native handlers registered with XLA, per platform;
 - ``primitives``: the JAX primitives and their abstract evaluation;
@@ -12,10 +14,11 @@ pieces the book builds chapter by chapter:
 - ``batching``: the vmap rules;
 - ``sharding``: custom partitioning across devices;
 - ``validation``: clear errors for bad input;
-- ``kernel_plans``: which CUDA kernels a call runs, on this or a described GPU.
+- ``kernel_plans``: which CUDA kernels a call runs, on this or a described GPU;
+- ``float8``: the float8 layout (a scale per group of 128 values) in jnp.
 """
 
-from gpu_ops.api import rms_norm
+from gpu_ops.api import rms_norm, rms_norm_fp8, rms_norm_through_fp8
 from gpu_ops.ffi_targets import CUDA_COMPILED
 
-__all__ = ["rms_norm", "CUDA_COMPILED"]
+__all__ = ["rms_norm", "rms_norm_fp8", "rms_norm_through_fp8", "CUDA_COMPILED"]

@@ -8,13 +8,19 @@ With a residual add, ``(y, total) = (norm(x + residual) * weight, x +
 residual)``: the gradient reaching ``total`` is the norm's gradient plus the
 one that flows in along the residual stream (``total``'s own cotangent), and
 x and the residual both receive it, since each enters ``total`` once.
+
+Quantised to float8 (``rms_norm_through_fp8_vjp``), y's gradient passes
+straight through the quantisation: the gradient of the dequantised y is
+taken as that of y itself, the convention of float8 training (rounding has
+no useful derivative).
 """
 
 from functools import partial
 
 import jax
 
-from gpu_ops import higher_order
+from gpu_ops import float8, higher_order
+from gpu_ops.primitives import rms_norm_fp8_fwd_p
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -57,3 +63,22 @@ def _residual_backward(eps, kernels, saved, cotangents):
 
 
 rms_norm_residual_vjp.defvjp(_residual_forward, _residual_backward)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def rms_norm_through_fp8_vjp(x, weight, eps):
+    values, _, scales = rms_norm_fp8_fwd_p.bind(x, weight, eps=eps)
+    return float8.dequantize(values, scales, weight.dtype)
+
+
+def _through_fp8_forward(x, weight, eps):
+    values, inv_rms, scales = rms_norm_fp8_fwd_p.bind(x, weight, eps=eps)
+    return float8.dequantize(values, scales, weight.dtype), (inv_rms, x, weight)
+
+
+def _through_fp8_backward(eps, saved, dy):
+    inv_rms, x, weight = saved
+    return higher_order.backward(dy, inv_rms, x, weight, eps, "ffi")
+
+
+rms_norm_through_fp8_vjp.defvjp(_through_fp8_forward, _through_fp8_backward)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import batching
 
-from gpu_ops.primitives import rms_norm_bwd_p, rms_norm_fwd_p
+from gpu_ops.primitives import rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fwd_p
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,20 +57,25 @@ def _at_front(array, dim, size):
     return jnp.moveaxis(array, dim, 0)
 
 
-def _forward_batching(args, dims, **params):
-    x, weight, *residual = args
-    x_dim, weight_dim, *residual_dims = dims
-    if weight_dim is not None:
-        return _once_per_example(rms_norm_fwd_p, args, dims, **params)
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    like_x = [_at_front(a, d, size) for a, d in zip([x, *residual], [x_dim, *residual_dims])]
-    outputs = rms_norm_fwd_p.bind(like_x[0], weight, *like_x[1:], **params)
-    return outputs, [0] * len(outputs)
+def _forward_batching(primitive):
+    """The vmap rule of a forward primitive of (x, weight, *residual)."""
+    def rule(args, dims, **params):
+        x, weight, *residual = args
+        x_dim, weight_dim, *residual_dims = dims
+        if weight_dim is not None:
+            return _once_per_example(primitive, args, dims, **params)
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        like_x = [_at_front(a, d, size)
+                  for a, d in zip([x, *residual], [x_dim, *residual_dims])]
+        outputs = primitive.bind(like_x[0], weight, *like_x[1:], **params)
+        return outputs, [0] * len(outputs)
+    return rule
 
 
 def _backward_batching(args, dims, **params):
     return _once_per_example(rms_norm_bwd_p, args, dims, **params)
 
 
-batching.primitive_batchers[rms_norm_fwd_p] = _forward_batching
+batching.primitive_batchers[rms_norm_fwd_p] = _forward_batching(rms_norm_fwd_p)
+batching.primitive_batchers[rms_norm_fp8_fwd_p] = _forward_batching(rms_norm_fp8_fwd_p)
 batching.primitive_batchers[rms_norm_bwd_p] = _backward_batching

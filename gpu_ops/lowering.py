@@ -15,10 +15,12 @@ from jax.core import ShapedArray
 from jax.interpreters import mlir
 
 from gpu_ops import ffi_targets, pallas_kernels
-from gpu_ops.primitives import rms_norm_bwd_shard_p, rms_norm_fwd_shard_p
+from gpu_ops.primitives import (rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
+                                rms_norm_fwd_shard_p)
 
 _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
 _residual_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FORWARD_TARGET)
+_fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.FP8_FORWARD_TARGET)
 _backward_call = jax.ffi.ffi_lowering(ffi_targets.BACKWARD_TARGET)
 
 
@@ -122,3 +124,6 @@ for _platform in ("cpu", "cuda"):
         rms_norm_bwd_shard_p,
         _by_kernels(BACKWARD_RULES[_platform], pallas_kernels.backward, _platform),
         platform=_platform)
+# The quantised forward has no scratch, and no Pallas kernels (api.py
+# quantises the Pallas kernels' y in jnp instead).
+mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _with_float64_eps(_fp8_forward_call))

@@ -32,6 +32,8 @@ import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import xla
 
+from gpu_ops.float8 import GROUP as FLOAT8_GROUP
+
 
 def inv_rms_dtype(x_dtype):
     """float32 for 16-bit and 32-bit inputs, float64 for float64 inputs."""
@@ -77,6 +79,16 @@ def _backward_abstract_eval(dy, inv_rms, x, weight, **params):
     )
 
 
+def _quantised_forward_abstract_eval(x, weight, **params):
+    del params
+    leading = leading_shape(x, weight)
+    return (
+        _like(x, x.shape, jnp.float8_e4m3fn),
+        _like(x, leading, inv_rms_dtype(x.dtype)),
+        _like(x, (*leading, weight.shape[-1] // FLOAT8_GROUP), jnp.float32),
+    )
+
+
 def _primitive(name, abstract_eval, impl=None):
     primitive = Primitive(name)
     primitive.multiple_results = True
@@ -88,8 +100,16 @@ def _primitive(name, abstract_eval, impl=None):
 rms_norm_fwd_shard_p = _primitive("rms_norm_fwd_shard", _forward_abstract_eval)
 rms_norm_bwd_shard_p = _primitive("rms_norm_bwd_shard", _backward_abstract_eval)
 
+#: The forward quantised to float8: ``(x, weight) -> (values, inv_rms,
+#: scales)``, y in float8_e4m3fn with a float32 scale per group of
+#: FLOAT8_GROUP values of a row (weight of one dimension; float8.py).
+rms_norm_fp8_fwd_shard_p = _primitive("rms_norm_fp8_fwd_shard",
+                                      _quantised_forward_abstract_eval)
+
 # Outside jit there is nothing to partition: run the per-shard primitive.
 rms_norm_fwd_p = _primitive(
     "rms_norm_fwd", _forward_abstract_eval, rms_norm_fwd_shard_p.bind)
 rms_norm_bwd_p = _primitive(
     "rms_norm_bwd", _backward_abstract_eval, rms_norm_bwd_shard_p.bind)
+rms_norm_fp8_fwd_p = _primitive(
+    "rms_norm_fp8_fwd", _quantised_forward_abstract_eval, rms_norm_fp8_fwd_shard_p.bind)

@@ -33,6 +33,8 @@ from gpu_ops.primitives import (
     inv_rms_dtype,
     rms_norm_bwd_p,
     rms_norm_bwd_shard_p,
+    rms_norm_fp8_fwd_p,
+    rms_norm_fp8_fwd_shard_p,
     rms_norm_fwd_p,
     rms_norm_fwd_shard_p,
 )
@@ -118,6 +120,25 @@ def _forward_partition(eps, kernels, mesh, arg_infos, result_infos):
             (x_sharding, replicated, *like_x))
 
 
+def _fp8_forward_rule(eps, kernels, mesh, operand_types, result_types):
+    del eps, kernels, mesh, result_types
+    rows, normalised, replicated = _factor_names(len(operand_types[0].shape), 1)
+    # g: the groups of a row, each with its scale
+    rule = f"{rows} {normalised}, {normalised} -> {rows} {normalised}, {rows}, {rows} g"
+    return rule, {"need_replication_factors": (*replicated, "g")}
+
+
+def _fp8_forward_partition(eps, kernels, mesh, arg_infos, result_infos):
+    del kernels, result_infos
+    x_info, weight_info = arg_infos
+    x_sharding, inv_sharding, replicated, _ = _row_shardings(
+        mesh, x_info, len(weight_info.shape))
+    scales_sharding = NamedSharding(mesh, PartitionSpec(*inv_sharding.spec, None))
+    per_shard = partial(_bind_fp8_forward_shard, eps=eps)
+    return (mesh, per_shard, (x_sharding, inv_sharding, scales_sharding),
+            (x_sharding, replicated))
+
+
 def _backward_partition(eps, kernels, mesh, arg_infos, result_infos):
     del result_infos
     x_info, weight_info = arg_infos[2], arg_infos[3]
@@ -149,6 +170,16 @@ def _residual_forward(x, weight, residual, eps, kernels):
     return _bind_forward_shard(x, weight, residual, eps=eps, kernels=kernels)
 
 
+def _bind_fp8_forward_shard(x, weight, *, eps):
+    return tuple(rms_norm_fp8_fwd_shard_p.bind(x, weight, eps=eps))
+
+
+@partial(custom_partitioning, static_argnums=(2, 3))
+def _fp8_forward(x, weight, eps, kernels):
+    del kernels  # the FFI kernels only
+    return _bind_fp8_forward_shard(x, weight, eps=eps)
+
+
 @partial(custom_partitioning, static_argnums=(4, 5))
 def _backward(dy, inv_rms, x, weight, eps, kernels):
     return tuple(rms_norm_bwd_shard_p.bind(
@@ -158,6 +189,7 @@ def _backward(dy, inv_rms, x, weight, eps, kernels):
 _forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
 _residual_forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
 _backward.def_partition(partition=_backward_partition, sharding_rule=_backward_rule)
+_fp8_forward.def_partition(partition=_fp8_forward_partition, sharding_rule=_fp8_forward_rule)
 
 
 def _lowering_through(partitioned):
@@ -183,12 +215,14 @@ def _lowering_through(partitioned):
 
 mlir.register_lowering(rms_norm_fwd_p, _lowering_through({2: _forward, 3: _residual_forward}))
 mlir.register_lowering(rms_norm_bwd_p, _lowering_through({4: _backward}))
+mlir.register_lowering(rms_norm_fp8_fwd_p, _lowering_through({2: _fp8_forward}))
 
 # custom_partitioning needs the device assignment while lowering; jit provides
 # it only to computations holding a primitive in this set. JAX adds its own
 # custom_partitioning primitive; ours hide it inside their lowering, so they
 # are added too (there is no public API for this; TransformerEngine does the same).
-dispatch.prim_requires_devices_during_lowering.update({rms_norm_fwd_p, rms_norm_bwd_p})
+dispatch.prim_requires_devices_during_lowering.update(
+    {rms_norm_fwd_p, rms_norm_bwd_p, rms_norm_fp8_fwd_p})
 
 
 def vary_alike(*arrays):

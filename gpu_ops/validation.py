@@ -56,6 +56,14 @@ def check_residual(x, residual):
     return residual
 
 
+def check_float8_weight(weight, group):
+    """ValueError unless the weight is one axis of a multiple of `group` values."""
+    if weight.ndim != 1 or weight.size % group:
+        raise ValueError(f"rms_norm_fp8: weight must have one dimension, a multiple of "
+                         f"{group} long (the groups that share a scale), got shape "
+                         f"{weight.shape}")
+
+
 def check_pallas_gpus():
     """Raise NotImplementedError where a local GPU is older than Mosaic GPU's sm_90."""
     if jax.default_backend() != "gpu":

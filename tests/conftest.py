@@ -51,11 +51,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The test modules of the operation's contract. Each of their tests runs once
-# per implementation: gpu_ops.rms_norm is the chosen one's while it runs.
-CONTRACT_MODULES = {"test_bad_input", "test_gpu", "test_lowering", "test_numerics",
+# per implementation: gpu_ops' entry points are the chosen one's while it runs.
+CONTRACT_MODULES = {"test_bad_input", "test_float8", "test_gpu", "test_lowering", "test_numerics",
                     "test_properties", "test_residual", "test_sharding", "test_threads",
                     "test_transformations"}
-_rms_norm = gpu_ops.rms_norm
+_ENTRY_POINTS = {name: getattr(gpu_ops, name)
+                 for name in ("rms_norm", "rms_norm_fp8", "rms_norm_through_fp8")}
 
 
 def pytest_generate_tests(metafunc):
@@ -79,6 +80,7 @@ def _with_implementation(request, monkeypatch):
         # implementation, so this happens rarely).
         jax.clear_caches()
         _last_implementation[0] = implementation
-    monkeypatch.setattr(gpu_ops, "rms_norm", functools.partial(
-        _rms_norm, implementation=implementation))
+    for name, function in _ENTRY_POINTS.items():
+        monkeypatch.setattr(gpu_ops, name, functools.partial(
+            function, implementation=implementation))
     yield

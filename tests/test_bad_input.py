@@ -113,6 +113,23 @@ def test_residual_forward_handler_rejects_mismatched_buffers(residual, sum_spec,
         jax.block_until_ready(call(X, W, residual, eps=np.float64(1e-5)))
 
 
+X128, W128 = jnp.ones((4, 128), jnp.float32), jnp.ones(128, jnp.float32)
+
+
+@pytest.mark.parametrize("results,args,message", [
+    ([_spec((4, 128), jnp.bfloat16), _spec((4,), jnp.float32), _spec((4, 1), jnp.float32)],
+     (X128, W128), "values has dtype bfloat16, expected float8_e4m3fn"),
+    ([_spec((4, 128), jnp.float8_e4m3fn), _spec((4,), jnp.float32), _spec((4, 2), jnp.float32)],
+     (X128, W128), "scales has shape"),
+    ([_spec((4, 8), jnp.float8_e4m3fn), _spec((4,), jnp.float32), _spec((4, 1), jnp.float32)],
+     (X, W), "multiple of 128"),
+])
+def test_quantised_forward_handler_rejects_mismatched_buffers(results, args, message):
+    call = jax.ffi.ffi_call(ffi_targets.FP8_FORWARD_TARGET, results)
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(call(*args, eps=np.float64(1e-5)))
+
+
 @pytest.mark.parametrize("bad", ["dy_dtype", "inv_shape", "dweight_shape"])
 def test_backward_handler_rejects_mismatched_buffers(bad):
     dy = X.astype(jnp.float16) if bad == "dy_dtype" else X

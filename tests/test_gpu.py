@@ -18,6 +18,7 @@ import pytest
 
 import gpu_ops
 import reference
+from gpu_ops import float8
 from gpu_ops.kernel_plans import H100, kernel_plan
 from reference import assert_close
 
@@ -369,3 +370,28 @@ def test_the_residual_cases_take_every_residual_path():
                          weight_dtype=weight_dtype)["path"]
              for shape, dtype, weight_dtype in RESIDUAL_CASES}
     assert taken == {"few_rows", "rows_per_block", "general"}
+
+
+# The forward quantised to float8 (rms_norm_fp8.cu): one group a row, many,
+# a row a block sweeps several times, more rows than blocks run at once,
+# float64 and mixed dtypes.
+FP8_CASES = [((67, 128), jnp.bfloat16, None), ((67, 4_096), jnp.bfloat16, None),
+             ((9, 262_144), jnp.float16, None), ((70_001, 256), jnp.float32, None),
+             ((67, 1_024), jnp.float64, None), ((67, 2_048), jnp.bfloat16, jnp.float32)]
+
+
+@pytest.mark.parametrize("shape,dtype,weight_dtype", FP8_CASES, ids=str)
+def test_fp8_forward_over_the_row_lengths(shape, dtype, weight_dtype):
+    # the kernel's values and scales against jnp's quantisation of the
+    # reference y: the same but where rounding y differently crosses a
+    # float8 midpoint (then one float8 step apart)
+    x, weight, _ = random_inputs(shape, dtype, seed=8)
+    weight = weight.astype(weight_dtype or dtype)
+    values, scales = gpu_ops.rms_norm_fp8(x, weight)
+    y = jnp.asarray(reference.forward(x, weight), jnp.float32)
+    expected_values, expected_scales = float8.quantize(y)
+    np.testing.assert_allclose(scales, expected_scales, rtol=1e-5)
+    got = np.asarray(values, np.float32).reshape(-1)
+    want = np.asarray(expected_values, np.float32).reshape(-1)
+    assert np.mean(got != want) < 1e-3
+    np.testing.assert_allclose(got, want, rtol=2.0**-3, atol=2.0**-9)

@@ -53,6 +53,16 @@ RESIDUAL_CASES = [
 ]
 
 
+# The forward quantised to float8: one group, rows a block sweeps several
+# times, no rows, mixed dtypes.
+FP8_CASES = [
+    ((5, 128), jnp.bfloat16, jnp.bfloat16),
+    ((3, 262144), jnp.float32, jnp.float32),
+    ((0, 256), jnp.float16, jnp.float16),
+    ((9, 4096), jnp.bfloat16, jnp.float32),
+]
+
+
 def main():
     for shape, x_dtype, w_dtype in CASES:
         x = jax.random.normal(jax.random.key(0), shape, jnp.float32).astype(x_dtype)
@@ -66,6 +76,12 @@ def main():
         y, total = gpu_ops.rms_norm(x, jnp.ones(shape[-1:], w_dtype), residual=x)
         jax.block_until_ready((y, total))
         print("ok, with a residual", shape, jnp.dtype(x_dtype).name, jnp.dtype(w_dtype).name,
+              flush=True)
+
+    for shape, x_dtype, w_dtype in FP8_CASES:
+        x = jax.random.normal(jax.random.key(2), shape, jnp.float32).astype(x_dtype)
+        jax.block_until_ready(gpu_ops.rms_norm_fp8(x, jnp.ones(shape[-1:], w_dtype)))
+        print("ok, quantised", shape, jnp.dtype(x_dtype).name, jnp.dtype(w_dtype).name,
               flush=True)
 
 

@@ -26,6 +26,7 @@ py::dict Targets() {
   cpu["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCpu);
   cpu["gpu_ops_rms_norm_residual_fwd"] =
       Capsule(gpu_ops::RmsNormResidualForwardCpu);
+  cpu["gpu_ops_rms_norm_fp8_fwd"] = Capsule(gpu_ops::RmsNormQuantisedForwardCpu);
   cpu["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCpu);
   py::dict targets;
   targets["cpu"] = cpu;
@@ -34,6 +35,8 @@ py::dict Targets() {
   cuda["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCuda);
   cuda["gpu_ops_rms_norm_residual_fwd"] =
       Capsule(gpu_ops::RmsNormResidualForwardCuda);
+  cuda["gpu_ops_rms_norm_fp8_fwd"] =
+      Capsule(gpu_ops::RmsNormQuantisedForwardCuda);
   cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
   cuda["gpu_ops_rms_norm_fwd_apex_seed"] =
       Capsule(gpu_ops::RmsNormForwardCudaApexSeed);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -41,6 +42,7 @@ inline const char* DTypeName(ffi::DataType t) {
     case ffi::DataType::BF16: return "bfloat16";
     case ffi::DataType::F32: return "float32";
     case ffi::DataType::F64: return "float64";
+    case ffi::DataType::F8E4M3FN: return "float8_e4m3fn";
     default: return "a non-floating or unsupported type";
   }
 }
@@ -143,6 +145,39 @@ inline ffi::Error CheckResidualForwardBuffers(
     return err;
   }
   return ExpectBuffer("x + residual", sum, x.element_type(), x.dimensions());
+}
+
+// Values of a row quantised to float8 share a scale in groups of this many.
+constexpr int64_t kFloat8Group = 128;
+
+// The forward quantised to float8_e4m3fn: values of x's shape, and a float32
+// scale per group of kFloat8Group values of a row (weight of one dimension,
+// a multiple of kFloat8Group long).
+inline ffi::Error CheckQuantisedForwardBuffers(
+    const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, double eps,
+    const ffi::AnyBuffer& values, const ffi::AnyBuffer& inv_rms,
+    const ffi::AnyBuffer& scales, RowGeometry* geometry) {
+  if (auto err = CheckInputs(x, w, eps, geometry); err.failure()) return err;
+  if (w.dimensions().size() != 1 || geometry->row_length % kFloat8Group != 0) {
+    return Invalid("a quantised forward needs a weight of one dimension, a "
+                   "multiple of " + std::to_string(kFloat8Group) +
+                   " long; got shape " + DimsToString(w.dimensions()));
+  }
+  const auto dims = x.dimensions();
+  std::vector<int64_t> scale_dims(dims.begin(), dims.end());
+  scale_dims.back() = geometry->row_length / kFloat8Group;
+  const ffi::Error checks[] = {
+      ExpectBuffer("values", values, ffi::DataType::F8E4M3FN, dims),
+      ExpectBuffer("inv_rms", inv_rms, InvRmsType(x.element_type()),
+                   LeadingDims(x, w)),
+      ExpectBuffer("scales", scales, ffi::DataType::F32,
+                   ffi::AnyBuffer::Dimensions(scale_dims.data(),
+                                              scale_dims.size())),
+  };
+  for (const ffi::Error& err : checks) {
+    if (err.failure()) return err;
+  }
+  return ffi::Error::Success();
 }
 
 inline ffi::Error CheckBackwardBuffers(

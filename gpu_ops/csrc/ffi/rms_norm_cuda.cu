@@ -1,7 +1,7 @@
 // The CUDA FFI handlers: validate the buffers, then launch the kernels.
 //
-// Two pairs of handlers share this code (and the forward with a residual add
-// has its own, RmsNormResidualForwardCuda):
+// Two pairs of handlers share this code (the forward with a residual add
+// and the forward quantised to float8 have their own):
 // - RmsNormForwardCuda / RmsNormBackwardCuda (the default): the kernels the
 //   planner (rms_norm_plan.h) chooses for the operands and the GPU;
 // - RmsNormForwardCudaApexSeed / RmsNormBackwardCudaApexSeed: the seed's
@@ -211,6 +211,21 @@ ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   return LaunchRowsResidualForward(stream, plan, buffers, g, eps);
 }
 
+ffi::Error QuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
+                                ffi::AnyBuffer w,
+                                ffi::Result<ffi::AnyBuffer> values,
+                                ffi::Result<ffi::AnyBuffer> inv_rms,
+                                ffi::Result<ffi::AnyBuffer> scales, double eps) {
+  RowGeometry g;
+  if (auto err = CheckQuantisedForwardBuffers(x, w, eps, *values, *inv_rms,
+                                              *scales, &g);
+      err.failure()) {
+    return err;
+  }
+  if (g.rows == 0) return ffi::Error::Success();
+  return QuantisedForward(stream, {x, w, *values, *inv_rms, *scales}, g, eps);
+}
+
 // [forward-binding]
 auto ForwardBinding() {
   return ffi::Ffi::Bind()
@@ -233,6 +248,17 @@ auto ResidualForwardBinding() {
       .Ret<ffi::AnyBuffer>()  // y
       .Ret<ffi::AnyBuffer>()  // inv_rms
       .Ret<ffi::AnyBuffer>()  // x + residual
+      .Attr<double>("eps");
+}
+
+auto QuantisedForwardBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Arg<ffi::AnyBuffer>()  // x
+      .Arg<ffi::AnyBuffer>()  // weight
+      .Ret<ffi::AnyBuffer>()  // float8 values of y
+      .Ret<ffi::AnyBuffer>()  // inv_rms
+      .Ret<ffi::AnyBuffer>()  // scales
       .Attr<double>("eps");
 }
 
@@ -268,6 +294,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCuda, ForwardCuda<Kernels::kFast>,
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualForwardCuda, ResidualForwardCuda,
                               ResidualForwardBinding(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormQuantisedForwardCuda, QuantisedForwardCuda,
+                              QuantisedForwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda,
                               BackwardCuda<Kernels::kFast>, BackwardBinding(),

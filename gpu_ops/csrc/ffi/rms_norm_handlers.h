@@ -20,11 +20,13 @@ namespace gpu_ops {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualForwardCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormQuantisedForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCpu);
 
 #ifdef GPU_OPS_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualForwardCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormQuantisedForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
 // The seed's kernels alone, the baseline the benchmarks compare with.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCudaApexSeed);

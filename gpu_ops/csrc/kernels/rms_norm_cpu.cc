@@ -1,5 +1,6 @@
 // RMS norm on the CPU: a straightforward reference implementation, so that
 // every chapter of the book runs on a machine without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <new>
@@ -9,6 +10,7 @@
 #include "ffi/rms_norm_handlers.h"
 #include "kernels/cpu_half_types.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/float8_e4m3.h"
 
 namespace gpu_ops {
 namespace {
@@ -61,6 +63,41 @@ void ForwardRows(const X* x, const W* w, W* y, AccumulatorFor<X>* inv_rms,
       y_row[c] = Store<W>::From(Load<double>(w[c]) * (inv * Load<double>(x_row[c])));
     }
     inv_rms[r] = static_cast<AccumulatorFor<X>>(inv);
+  }
+}
+
+// y quantised to float8_e4m3fn in groups of kFloat8Group values of a row:
+// each group's scale is its largest |y| over 448 (1 for a group of zeros),
+// and its values are y / scale, rounded (float8_e4m3.h).
+template <typename X, typename W>
+void QuantisedForwardRows(const X* x, const W* w, uint8_t* values,
+                          float* scales, AccumulatorFor<X>* inv_rms,
+                          RowGeometry g, double eps) {
+  const int64_t n = g.row_length;
+  const int64_t groups = n / kFloat8Group;
+  std::vector<double> y(kFloat8Group);
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const X* x_row = x + r * n;
+    const double sum_squares = PairwiseSum(0, n, [&](int64_t c) {
+      const double v = Load<double>(x_row[c]);
+      return v * v;
+    });
+    const double inv = 1.0 / std::sqrt(sum_squares / double(n) + eps);
+    inv_rms[r] = static_cast<AccumulatorFor<X>>(inv);
+    for (int64_t group = 0; group < groups; ++group) {
+      const int64_t first = group * kFloat8Group;
+      double largest = 0;
+      for (int64_t k = 0; k < kFloat8Group; ++k) {
+        y[k] = Load<double>(w[first + k]) * (inv * Load<double>(x_row[first + k]));
+        largest = std::max(largest, std::fabs(y[k]));
+      }
+      const float scale =
+          largest > 0 ? static_cast<float>(largest / kFloat8E4M3Max) : 1.0f;
+      scales[r * groups + group] = scale;
+      for (int64_t k = 0; k < kFloat8Group; ++k) {
+        values[r * n + first + k] = ToFloat8E4M3(y[k] / scale);
+      }
+    }
   }
 }
 
@@ -160,6 +197,29 @@ ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
   return ForwardOnRows(x, w, *y, *inv_rms, g, eps, &residual, &*sum);
 }
 
+ffi::Error QuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
+                               ffi::Result<ffi::AnyBuffer> values,
+                               ffi::Result<ffi::AnyBuffer> inv_rms,
+                               ffi::Result<ffi::AnyBuffer> scales, double eps) {
+  RowGeometry g;
+  if (auto err = CheckQuantisedForwardBuffers(x, w, eps, *values, *inv_rms,
+                                              *scales, &g);
+      err.failure()) {
+    return err;
+  }
+  return DispatchCpu(x.element_type(), w.element_type(), [&](auto xt, auto wt) {
+    using X = typename decltype(xt)::type;
+    using W = typename decltype(wt)::type;
+    QuantisedForwardRows(static_cast<const X*>(x.untyped_data()),
+                         static_cast<const W*>(w.untyped_data()),
+                         static_cast<uint8_t*>(values->untyped_data()),
+                         static_cast<float*>(scales->untyped_data()),
+                         static_cast<AccumulatorFor<X>*>(inv_rms->untyped_data()),
+                         g, eps);
+    return ffi::Error::Success();
+  });
+}
+
 ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
                        ffi::AnyBuffer x, ffi::AnyBuffer w,
                        ffi::Result<ffi::AnyBuffer> dx,
@@ -207,6 +267,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualForwardCpu, ResidualForwardCpu,
                                   .Ret<ffi::AnyBuffer>()  // y
                                   .Ret<ffi::AnyBuffer>()  // inv_rms
                                   .Ret<ffi::AnyBuffer>()  // x + residual
+                                  .Attr<double>("eps"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormQuantisedForwardCpu, QuantisedForwardCpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // weight
+                                  .Ret<ffi::AnyBuffer>()  // float8 values of y
+                                  .Ret<ffi::AnyBuffer>()  // inv_rms
+                                  .Ret<ffi::AnyBuffer>()  // scales
                                   .Attr<double>("eps"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCpu, BackwardCpu,

@@ -7,6 +7,7 @@
 // - rms_norm_shared_rows.cu: forward rows a cluster holds in shared memory;
 // - rms_norm_split_rows.cu: each row over many blocks, in two passes;
 // - rms_norm_residual.cu: the forward with a residual add, any dtypes;
+// - rms_norm_fp8.cu: the forward quantised to float8, any dtypes;
 // - rms_norm_apex_seed.cu: the seed tutorial's kernels, derived from NVIDIA
 //   apex: every dtype pair and row length. They run what the fast kernels do
 //   not cover, and stay selectable on their own as the comparison baseline.
@@ -49,6 +50,15 @@ ffi::Error ResidualForward(cudaStream_t stream, const ResidualForwardBuffers& b,
 ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
                                      const ResidualForwardBuffers& b,
                                      RowGeometry g, double eps);
+
+struct QuantisedForwardBuffers {
+  ffi::AnyBuffer x, w;                    // inputs
+  ffi::AnyBuffer values, inv_rms, scales;  // results (float8, ..., float32)
+};
+
+// The forward quantised to float8_e4m3fn in groups of kFloat8Group values.
+ffi::Error QuantisedForward(cudaStream_t stream, const QuantisedForwardBuffers& b,
+                            RowGeometry g, double eps);
 
 ffi::Error ApexSeedForward(cudaStream_t stream, const ForwardBuffers& b,
                            RowGeometry g, double eps);

@@ -1,0 +1,35 @@
+"""Float8 (e4m3fn) values with a float32 scale per group of 128 values of a
+row: the layout of :func:`gpu_ops.rms_norm_fp8`'s results, and the same
+quantisation in jax.numpy.
+
+A group's scale is its largest magnitude over 448, float8_e4m3fn's largest
+finite value (1 for a group of zeros), and its values are the group divided
+by the scale, rounded to the nearest float8_e4m3fn value: a value v reads
+back as ``float(q) * scale``, within half a float8 step of v (a relative
+2**-4 for normal values).
+"""
+
+import jax.numpy as jnp
+
+GROUP = 128  # values of a row that share a scale
+FLOAT8_MAX = 448.0
+
+
+def _grouped(a):
+    return a.reshape(*a.shape[:-1], a.shape[-1] // GROUP, GROUP)
+
+
+def quantize(y):
+    """(values, scales) of y (last axis a multiple of GROUP), computed in
+    float32 with jnp: the quantisation the kernels apply to the norm's output."""
+    groups = _grouped(y.astype(jnp.float32))
+    largest = jnp.max(jnp.abs(groups), axis=-1)
+    scales = jnp.where(largest > 0, largest / FLOAT8_MAX, 1.0).astype(jnp.float32)
+    values = jnp.clip(groups / scales[..., None], -FLOAT8_MAX, FLOAT8_MAX)
+    return values.astype(jnp.float8_e4m3fn).reshape(y.shape), scales
+
+
+def dequantize(values, scales, dtype=jnp.float32):
+    """The values that (values, scales) stand for, in `dtype`."""
+    groups = _grouped(values.astype(jnp.float32)) * scales[..., None]
+    return groups.reshape(values.shape).astype(dtype)

@@ -1,0 +1,190 @@
+"""The norm's output quantised to float8_e4m3fn for the next matmul, a
+float32 scale per group of 128 values of a row (rms_norm_fp8), and the same
+dequantised with a straight-through gradient (rms_norm_through_fp8)."""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import gpu_ops
+import reference
+from gpu_ops import float8
+from reference import DTYPES, TOLERANCE
+
+
+def _inputs(shape, dtype, weight_dtype=None, seed=0):
+    kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
+    x = (jax.random.normal(kx, shape, jnp.float32) * 3).astype(dtype)
+    weight = (1 + 0.5 * jax.random.normal(kw, shape[-1:], jnp.float32)).astype(
+        weight_dtype or dtype)
+    dy = jax.random.normal(kd, shape, jnp.float32).astype(weight.dtype)
+    return x, weight, dy
+
+
+def _check_quantised(values, scales, x, weight, implementation):
+    """values and scales are the float64 reference y's, to rounding: of y
+    computed in float32 (float64 for float64 x) in the kernel, or in the
+    weight's dtype where jnp quantises the y of another implementation."""
+    assert values.dtype == jnp.float8_e4m3fn and values.shape == x.shape
+    assert scales.dtype == jnp.float32 and scales.shape == (*x.shape[:-1], x.shape[-1] // 128)
+    y = reference.forward(x, weight).reshape(*scales.shape, 128)
+    largest = np.abs(y).max(axis=-1)
+    expected_scales = np.where(largest > 0, largest / 448, 1.0)
+    accumulator = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    y_dtypes = [accumulator] + ([] if implementation == "primitives" else [weight.dtype])
+    # and the scales are float32
+    tol = max(TOLERANCE[jnp.dtype(t)] for t in (*y_dtypes, jnp.float32))
+    np.testing.assert_allclose(scales, expected_scales, rtol=tol)
+    q = np.asarray(values).astype(np.float64).reshape(y.shape)
+    assert np.all(np.abs(q) <= 448)
+    np.testing.assert_allclose(np.abs(q).max(axis=-1)[largest > 0], 448, rtol=1e-2)
+    # within half a float8 step of y / scale: 2**-4 of it, or of the
+    # smallest normal, 2**-6, below that; and y's own rounding
+    v = y / expected_scales[..., None]
+    bound = 2.0**-4 * np.maximum(np.abs(v), 2.0**-6) + 2 * tol * np.maximum(np.abs(v), 1)
+    assert np.all(np.abs(q - v) <= bound), np.max(np.abs(q - v) - bound)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 3, 256), (1, 128), (7, 1024)], ids=str)
+def test_values_and_scales_are_the_float64_references(shape, dtype, implementation):
+    x, weight, _ = _inputs(shape, dtype)
+    _check_quantised(*gpu_ops.rms_norm_fp8(x, weight), x, weight, implementation)
+
+
+def test_a_weight_of_another_dtype_and_jit(implementation):
+    x, weight, _ = _inputs((9, 384), jnp.bfloat16, jnp.float32, seed=1)
+    _check_quantised(*jax.jit(gpu_ops.rms_norm_fp8)(x, weight), x, weight, implementation)
+
+
+def test_a_group_of_zeros_has_scale_one(implementation):
+    x = jnp.zeros((2, 256), jnp.float32).at[1, 128:].set(1.0)
+    values, scales = gpu_ops.rms_norm_fp8(x, jnp.ones(256, jnp.float32))
+    np.testing.assert_array_equal(scales[:, 0], [1.0, 1.0])
+    np.testing.assert_array_equal(np.asarray(values[:, :128], np.float32), 0)
+
+
+def test_the_cpu_rounding_is_float8s_own(implementation):
+    if implementation != "primitives" or jax.default_backend() != "cpu":
+        pytest.skip("the C++ kernel's conversion to float8")
+    # y / scale over every float8 value, the midpoints between them (ties go
+    # to the even one) and the float32 values just beside those, a group of
+    # them a row. (From float32: ml_dtypes converts float64 through float32,
+    # rounding twice.)
+    finite = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)
+    finite = np.unique(finite[np.isfinite(finite)].astype(np.float32))
+    middles = (finite[1:] + finite[:-1]) / 2
+    targets = np.concatenate([finite, middles, np.nextafter(middles, np.float32(np.inf)),
+                              np.nextafter(middles, np.float32(-np.inf))])
+    targets = np.concatenate([targets, np.zeros(-len(targets) % 128, np.float32)])
+    targets = targets.reshape(-1, 128)
+    targets[:, 0] = 448.0  # every group's largest: its scale is 1
+    # rows of ones and eps 0: inv_rms is 1 and y the weight, exactly
+    x = jnp.ones((1, 128), jnp.float32)
+    for row in targets:
+        values, scales = gpu_ops.rms_norm_fp8(x, jnp.asarray(row), 0.0)
+        assert float(scales[0, 0]) == 1.0
+        expected = row.astype(ml_dtypes.float8_e4m3fn)
+        np.testing.assert_array_equal(np.asarray(values[0]).view(np.uint8),
+                                      expected.view(np.uint8))
+
+
+def test_the_straight_through_gradient_is_the_norms(implementation):
+    x, weight, dy = _inputs((6, 256), jnp.float32, seed=2)
+    y, pullback = jax.vjp(gpu_ops.rms_norm_through_fp8, x, weight)
+    values, scales = gpu_ops.rms_norm_fp8(x, weight)
+    np.testing.assert_allclose(y, float8.dequantize(values, scales), rtol=1e-6)
+    dx, dweight = pullback(dy)
+    expected_dx, expected_dweight = jax.vjp(gpu_ops.rms_norm, x, weight)[1](dy)
+    np.testing.assert_allclose(dx, expected_dx, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(dweight, expected_dweight, rtol=1e-6, atol=1e-6)
+
+
+def test_quantised_values_have_no_gradient(implementation):
+    x, weight, _ = _inputs((2, 128), jnp.float32)
+    with pytest.raises(TypeError, match="rms_norm_through_fp8"):
+        jax.grad(lambda x: jnp.sum(gpu_ops.rms_norm_fp8(x, weight)[1]))(x)
+
+
+@pytest.mark.parametrize("in_axes", [(0, None), (1, None), (0, 0)], ids=str)
+def test_vmap_is_a_loop_over_examples(in_axes, implementation):
+    x, weight, _ = _inputs((3, 4, 256), jnp.float32, seed=3)
+    weights = jnp.stack([weight * (1 + k) for k in range(3)])
+    args = (x if in_axes[0] == 0 else jnp.moveaxis(x, 0, 1),
+            weight if in_axes[1] is None else weights)
+    got = jax.jit(jax.vmap(gpu_ops.rms_norm_fp8, in_axes=in_axes))(*args)
+    for k in range(3):
+        want = gpu_ops.rms_norm_fp8(x[k], weight if in_axes[1] is None else weights[k])
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g[k], np.float32), np.asarray(w, np.float32))
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
+@pytest.mark.parametrize("spec", [P("data"), P(None, "data"), P(None, None, "data")], ids=str)
+def test_sharded_rows_give_the_one_device_answer(spec, axis_type, implementation):
+    devices = jax.devices() if len(jax.devices()) >= 2 else jax.devices("cpu")
+    mesh = jax.sharding.Mesh(np.array(devices[:4]), ("data",), axis_types=(axis_type,))
+    x, weight, dy = _inputs((8, 4, 256), jnp.float32, seed=4)
+    sharded = jax.device_put(x, NamedSharding(mesh, spec))
+    single = jax.device_put(x, devices[0]), jax.device_put(weight, devices[0])
+    with jax.set_mesh(mesh):
+        values, scales = jax.jit(gpu_ops.rms_norm_fp8)(sharded, weight)
+        hlo = jax.jit(gpu_ops.rms_norm_fp8).lower(sharded, weight).compile().as_text()
+        grads = jax.jit(jax.grad(lambda x, w: jnp.sum(gpu_ops.rms_norm_through_fp8(x, w) * dy),
+                                 argnums=(0, 1)))(sharded, weight)
+    if spec[0] is not None or spec[1] is not None:  # rows split: none gathered
+        assert "all-gather" not in hlo and "all-to-all" not in hlo
+    want = gpu_ops.rms_norm_fp8(*single)
+    np.testing.assert_array_equal(np.asarray(values, np.float32), np.asarray(want[0], np.float32))
+    np.testing.assert_array_equal(scales, want[1])
+    want_grads = jax.grad(lambda x, w: jnp.sum(gpu_ops.rms_norm_through_fp8(x, w) * dy),
+                          argnums=(0, 1))(*single)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_export_with_a_symbolic_batch(implementation):
+    from jax import export
+
+    (batch,) = export.symbolic_shape("b")
+    checks = [export.DisabledSafetyCheck.custom_call(name) for name in (
+        "gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_fp8_fwd")]
+    export_it = export.export(jax.jit(gpu_ops.rms_norm_fp8), platforms=["cpu", "cuda"],
+                              disabled_checks=checks)
+    types = (jax.ShapeDtypeStruct((batch, 256), jnp.float32),
+             jax.ShapeDtypeStruct((256,), jnp.float32))
+    if implementation == "pallas":
+        with pytest.raises(NotImplementedError, match="implementation='pallas'.*symbolic"):
+            export_it(*types)
+        return
+    restored = export.deserialize(export_it(*types).serialize())
+    x, weight, _ = _inputs((5, 256), jnp.float32, seed=5)
+    for got, want in zip(restored.call(x, weight), gpu_ops.rms_norm_fp8(x, weight)):
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+@pytest.mark.ffi_lowering
+@pytest.mark.parametrize("platform", ["cpu", "cuda"])
+def test_one_custom_call_normalises_and_quantises(platform, implementation):
+    x, weight, _ = _inputs((4, 256), jnp.bfloat16)
+    text = jax.jit(gpu_ops.rms_norm_fp8).trace(x, weight).lower(
+        lowering_platforms=(platform,)).as_text()
+    (call,) = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
+    if implementation == "hijax":  # the HiJAX primitive's y, quantised by XLA
+        assert "@gpu_ops_rms_norm_fwd(" in call and "f8E4M3FN" in text
+        return
+    assert "@gpu_ops_rms_norm_fp8_fwd" in call
+    assert ("(tensor<4x256xbf16>, tensor<256xbf16>) -> (tensor<4x256xf8E4M3FN>, "
+            "tensor<4xf32>, tensor<4x2xf32>)") in call
+
+
+@pytest.mark.parametrize("weight_shape", [(2, 128), (100,)], ids=str)
+def test_weights_without_whole_groups_are_a_clear_error(weight_shape, implementation):
+    x = jnp.ones((3, *weight_shape))
+    with pytest.raises(ValueError, match="multiple of 128"):
+        gpu_ops.rms_norm_fp8(x, jnp.ones(weight_shape))
+    with pytest.raises(ValueError, match="multiple of 128"):
+        gpu_ops.rms_norm_through_fp8(x, jnp.ones(weight_shape))
