@@ -12,6 +12,8 @@
 #               without jupyter-book; tools/gpu_checks.sh runs the chapters)
 #   PYTHON=...      the Python (>= 3.12) to create .venv with
 #   CUDA_ARCH=...   CUDA architectures to compile, e.g. "90" or "80-real;90"
+#   GPU_OPS_APEX_SEED=1  also build the seed tutorial's kernels, the benchmarks'
+#               baseline (benchmarks/apex_seed; not part of the package)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -24,7 +26,7 @@ for arg in "$@"; do
     test) command_name=test ;;
     build) command_name=build ;;
     --no-venv) no_venv=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument '$arg' (see ./build.sh --help)" >&2; exit 2 ;;
   esac
 done
@@ -79,6 +81,7 @@ if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local
 fi
 cmake_defines=()
 [ -n "${CUDA_ARCH:-}" ] && cmake_defines+=("-Ccmake.define.CMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH}")
+[ "${GPU_OPS_APEX_SEED:-0}" = 1 ] && cmake_defines+=("-Ccmake.define.GPU_OPS_APEX_SEED=ON")
 [ "$command_name" = test ] && cmake_defines+=("-Ccmake.define.GPU_OPS_WARNINGS_AS_ERRORS=ON")
 mkdir -p build
 build_log=build/gpu_ops_build.log

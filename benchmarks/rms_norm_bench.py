@@ -50,6 +50,9 @@ import numpy as np
 import gpu_ops
 from gpu_ops import kernel_plans
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import apex_seed  # noqa: E402  (benchmarks/apex_seed)
+
 GPU_CASES = [
     *[(dtype, rows, row_len)
       for dtype in ("bfloat16", "float32")
@@ -104,8 +107,7 @@ def implementations(on_gpu):
     impls = {"gpu_ops": gpu_ops.rms_norm, "xla": xla_rms_norm}
     if on_gpu:  # the seed's kernels exist for CUDA only, and Pallas' are
         # interpreted elsewhere
-        from gpu_ops.apex_seed import rms_norm_apex_seed
-        impls["apex_seed"] = rms_norm_apex_seed
+        impls["apex_seed"] = apex_seed.rms_norm_apex_seed
         impls["pallas"] = functools.partial(gpu_ops.rms_norm, implementation="pallas")
     return impls
 
@@ -344,6 +346,9 @@ def main(argv=None):
         # Before anything runs: the handlers read it when they plan a call.
         os.environ["GPU_OPS_PLAN_WITHOUT"] = ",".join(args.without)
     on_gpu = jax.default_backend() == "gpu"
+    if on_gpu and "apex_seed" in (args.impl or ["apex_seed"]) and not apex_seed.built():
+        parser.error("the seed's kernels, the baseline, are not built: GPU_OPS_APEX_SEED=1 "
+                     "./build.sh (or leave them out with --impl)")
     if not on_gpu:
         print("No GPU: running small CPU cases to show the method (not the kernels' speed).")
     if args.cases == "paths" and not (on_gpu and args.out):

@@ -202,3 +202,22 @@ def test_multi_device_harness_writes_records(tmp_path):
         (n, v, op) for n in counts for v in bench.VARIANTS for op in ("fwd", "fwd_bwd")}
     for r in records:
         assert set(r) == MULTI_FIELDS and r["median_us"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,row_length", [("bfloat16", 4_096), ("float32", 1_000)])
+def test_the_seeds_kernels_are_the_baseline(dtype, row_length):
+    # Built beside gpu_ops with GPU_OPS_APEX_SEED=1 (tools/gpu_checks.sh does).
+    import jax.numpy as jnp
+    import reference
+
+    _load("rms_norm_bench")  # puts benchmarks/ on the path
+    import apex_seed
+    assert apex_seed.built(), "GPU_OPS_APEX_SEED=1 ./build.sh builds them"
+    kx, kd = jax.random.split(jax.random.key(4))
+    x = jax.random.normal(kx, (300, row_length), jnp.float32).astype(dtype)
+    weight = jnp.linspace(0.5, 1.5, row_length, dtype=dtype)
+    dy = jax.random.normal(kd, x.shape, jnp.float32).astype(dtype)
+    reference.check_op(jax.jit(apex_seed.rms_norm_apex_seed), x, weight, dy)
+    hlo = jax.jit(apex_seed.rms_norm_apex_seed).lower(x, weight).compile().as_text()
+    assert 'custom_call_target="gpu_ops_rms_norm_fwd_apex_seed"' in hlo

@@ -50,7 +50,7 @@ def test_cuda_kernels_are_used():
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_more_rows_than_a_grid_dimension(dtype):
-    rows = 70_001  # more than 65,535: the seed's kernels put rows on gridDim.y
+    rows = 70_001  # more than 65,535, the most blocks a grid's y and z dimensions hold
     x, weight, dy = random_inputs((rows, 96), dtype, seed=0)
     y, pullback = jax.vjp(gpu_ops.rms_norm, x, weight)
     assert_close(y, reference.forward(x, weight))
@@ -103,7 +103,7 @@ def test_more_than_two_to_the_31_elements():
 # and whose forward on Hopper holds a row in a cluster's shared memory;
 # float32 rows of 262,144 are split over many blocks; and rows the fast
 # kernels do not cover (not whole 16-byte vectors, float64) take the general
-# ones (the seed tutorial's).
+# ones (rms_norm_general.cu).
 PATH_CASES = [((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
               ((1_001, 16_384), jnp.bfloat16), ((67, 65_536), jnp.bfloat16),
               ((32, 262_144), jnp.bfloat16), ((3, 131_080), jnp.bfloat16),
@@ -261,19 +261,6 @@ def test_grid_kernels(shape, dtype):
     check_random_op(shape, dtype, seed=6)
 
 
-@pytest.mark.parametrize("dtype,row_length", [(jnp.bfloat16, 4_096), (jnp.float32, 1_000)])
-def test_seed_kernels_stay_callable(dtype, row_length):
-    from gpu_ops.apex_seed import rms_norm_apex_seed
-
-    kx, kd = jax.random.split(jax.random.key(4))
-    x = jax.random.normal(kx, (300, row_length), jnp.float32).astype(dtype)
-    weight = jnp.linspace(0.5, 1.5, row_length, dtype=dtype)
-    dy = jax.random.normal(kd, x.shape, jnp.float32).astype(dtype)
-    reference.check_op(jax.jit(rms_norm_apex_seed), x, weight, dy)
-    hlo = jax.jit(rms_norm_apex_seed).lower(x, weight).compile().as_text()
-    assert 'custom_call_target="gpu_ops_rms_norm_fwd_apex_seed"' in hlo
-
-
 # XLA records a run of at least 5 commands (its default minimum) into a
 # command buffer, a CUDA graph, if every command may be recorded.
 CALLS_FOR_A_GRAPH = 6
@@ -347,7 +334,7 @@ def test_a_plan_setting_that_names_no_path_is_a_clear_error():
 # holds (FastResidualForwardKernel: a transformer's 16,384 x 2,048, more rows
 # than blocks run at once, 16-bit rows of 16,384 in 1024-thread blocks, a
 # row of 5,000 whose last vectors are cut short); and the general kernel
-# (rms_norm_residual.cu) for a row shorter than a vector, the seed's long
+# (rms_norm_general.cu) for a row shorter than a vector, the seed's long
 # rows, float64, and x and the weight of different dtypes.
 RESIDUAL_CASES = [((67, 2_048), jnp.bfloat16, None), ((16_384, 2_048), jnp.bfloat16, None),
                   ((70_001, 96), jnp.float32, None), ((1_001, 16_384), jnp.bfloat16, None),

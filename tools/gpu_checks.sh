@@ -37,8 +37,9 @@ steps=" ${GPU_CHECKS_STEPS:-tests chapters sanitizers} "
 tests_status=0 chapters_status=0 sanitizer_status=0
 if [[ $steps == *" tests "* ]]; then
   rm -rf build
-  # The property test draws many more cases here than in CI.
-  GPU_OPS_HYPOTHESIS_PROFILE=${GPU_OPS_HYPOTHESIS_PROFILE:-long} \
+  # The property test draws many more cases here than in CI; the seed's
+  # kernels, the benchmarks' baseline, are built too (a test runs them).
+  GPU_OPS_HYPOTHESIS_PROFILE=${GPU_OPS_HYPOTHESIS_PROFILE:-long} GPU_OPS_APEX_SEED=1 \
   GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} ./build.sh test 2>&1 |
     tee "$out/build_and_tests.log"
   tests_status=${PIPESTATUS[0]}

@@ -38,10 +38,6 @@ py::dict Targets() {
   cuda["gpu_ops_rms_norm_fp8_fwd"] =
       Capsule(gpu_ops::RmsNormQuantisedForwardCuda);
   cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
-  cuda["gpu_ops_rms_norm_fwd_apex_seed"] =
-      Capsule(gpu_ops::RmsNormForwardCudaApexSeed);
-  cuda["gpu_ops_rms_norm_bwd_apex_seed"] =
-      Capsule(gpu_ops::RmsNormBackwardCudaApexSeed);
   targets["CUDA"] = cuda;
 #endif
   return targets;

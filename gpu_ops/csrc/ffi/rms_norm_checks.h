@@ -199,6 +199,22 @@ inline ffi::Error CheckBackwardBuffers(
   return ffi::Error::Success();
 }
 
+// The CUDA backward's weight-gradient scratch: a matrix (num_partials >= 1,
+// row_length) of x's accumulation type (cuda_scratch.h).
+inline ffi::Error CheckPartials(const ffi::AnyBuffer& partials,
+                                ffi::DataType x_type, RowGeometry g) {
+  auto dims = partials.dimensions();
+  if (partials.element_type() != InvRmsType(x_type) || dims.size() != 2 ||
+      dims[0] < 1 || dims[1] != g.row_length) {
+    return Invalid("dweight_partials must be a " +
+                   std::string(DTypeName(InvRmsType(x_type))) +
+                   " matrix (num_partials >= 1, " +
+                   std::to_string(g.row_length) + "), got shape " +
+                   DimsToString(dims));
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace gpu_ops
 
 #endif  // GPU_OPS_RMS_NORM_CHECKS_H_

@@ -1,11 +1,7 @@
-// The CUDA FFI handlers: validate the buffers, then launch the kernels.
-//
-// Two pairs of handlers share this code (the forward with a residual add
-// and the forward quantised to float8 have their own):
-// - RmsNormForwardCuda / RmsNormBackwardCuda (the default): the kernels the
-//   planner (rms_norm_plan.h) chooses for the operands and the GPU;
-// - RmsNormForwardCudaApexSeed / RmsNormBackwardCudaApexSeed: the seed's
-//   kernels only, kept selectable as the baseline the benchmarks compare with.
+// The CUDA FFI handlers: validate the buffers, then launch the kernels the
+// planner (rms_norm_plan.h) chooses for the operands and the GPU: the
+// forward, the forward with a residual add, and the backward. The forward
+// quantised to float8 has one kernel for every shape.
 //
 // The environment can narrow the plans (rms_norm_plan.h), so that one GPU
 // runs and measures every path: GPU_OPS_PLAN_WITHOUT_CLUSTERS=1 plans as for
@@ -25,8 +21,6 @@
 
 namespace gpu_ops {
 namespace {
-
-enum class Kernels { kFast, kApexSeed };
 
 // The planner's questions, answered for the current GPU.
 class CurrentGpu final : public DeviceModel {
@@ -74,7 +68,7 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
     case Path::kSplitRows: return LaunchSplitRowsForward(stream, plan, b, g, eps);
     case Path::kGeneral: break;
   }
-  return ApexSeedForward(stream, b, g, eps);
+  return GeneralForward(stream, {b.x, b.w, b.y, b.inv_rms}, g, eps);
 }
 
 ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
@@ -83,7 +77,7 @@ ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
     case Path::kRowTeams: return LaunchRowTeamsBackward(stream, plan, b, g);
     case Path::kGridRows: return LaunchGridRowsBackward(stream, plan, b, g);
     case Path::kSplitRows: return LaunchSplitRowsBackward(stream, plan, b, g);
-    case Path::kGeneral: return ApexSeedBackward(stream, b, g);
+    case Path::kGeneral: return GeneralBackward(stream, b, g);
     default: break;
   }
   return ffi::Error::Internal(
@@ -106,7 +100,6 @@ ffi::Error CheckChunkSums(const ffi::AnyBuffer& chunk_sums, RowGeometry g) {
 }
 
 // [forward-handler]
-template <Kernels kKernels>
 ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
                        ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> y,
                        ffi::Result<ffi::AnyBuffer> inv_rms,
@@ -119,35 +112,16 @@ ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   if (auto err = CheckChunkSums(*chunk_sums, g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
   const ForwardBuffers buffers{x, w, *y, *inv_rms, *chunk_sums};
-  Plan plan;  // the seed's kernels
-  if constexpr (kKernels == Kernels::kFast) {
-    const Problem problem{g.rows, g.row_length,
-                          FastBuffers(x, w, *y, *inv_rms),
-                          PlanDType(x.element_type()),
-                          static_cast<int64_t>(chunk_sums->element_count()), 0};
-    PathSet without = 0;
-    if (auto err = PathsLeftOut(&without); err.failure()) return err;
-    plan = PlanForward(problem, CurrentGpu(), without);
-  }
-  return LaunchForward(stream, plan, buffers, g, eps);
+  const Problem problem{g.rows, g.row_length, FastBuffers(x, w, *y, *inv_rms),
+                        PlanDType(x.element_type()),
+                        static_cast<int64_t>(chunk_sums->element_count()), 0};
+  PathSet without = 0;
+  if (auto err = PathsLeftOut(&without); err.failure()) return err;
+  return LaunchForward(stream, PlanForward(problem, CurrentGpu(), without),
+                       buffers, g, eps);
 }
 // [forward-handler-end]
 
-ffi::Error CheckPartials(const ffi::AnyBuffer& partials, ffi::DataType x_type,
-                         RowGeometry g) {
-  auto dims = partials.dimensions();
-  if (partials.element_type() != InvRmsType(x_type) || dims.size() != 2 ||
-      dims[0] < 1 || dims[1] != g.row_length) {
-    return Invalid("dweight_partials must be a " +
-                   std::string(DTypeName(InvRmsType(x_type))) +
-                   " matrix (num_partials >= 1, " +
-                   std::to_string(g.row_length) + "), got shape " +
-                   DimsToString(dims));
-  }
-  return ffi::Error::Success();
-}
-
-template <Kernels kKernels>
 ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
                         ffi::AnyBuffer inv_rms, ffi::AnyBuffer x,
                         ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> dx,
@@ -171,20 +145,17 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
   }
   const BackwardBuffers buffers{dy,  inv_rms, x,        w,
                                 *dx, *dw,     *partials, *chunk_sums};
-  Plan plan;  // the seed's kernels
-  if constexpr (kKernels == Kernels::kFast) {
-    const Problem problem{
-        g.rows, g.row_length,
-        FastBuffers(x, w, dy, inv_rms, *dx, *dw, *partials) &&
-            partials->element_type() == ffi::DataType::F32,
-        PlanDType(x.element_type()),
-        static_cast<int64_t>(chunk_sums->element_count()),
-        partials->dimensions()[0]};
-    PathSet without = 0;
-    if (auto err = PathsLeftOut(&without); err.failure()) return err;
-    plan = PlanBackward(problem, CurrentGpu(), without);
-  }
-  return LaunchBackward(stream, plan, buffers, g);
+  const Problem problem{
+      g.rows, g.row_length,
+      FastBuffers(x, w, dy, inv_rms, *dx, *dw, *partials) &&
+          partials->element_type() == ffi::DataType::F32,
+      PlanDType(x.element_type()),
+      static_cast<int64_t>(chunk_sums->element_count()),
+      partials->dimensions()[0]};
+  PathSet without = 0;
+  if (auto err = PathsLeftOut(&without); err.failure()) return err;
+  return LaunchBackward(stream, PlanBackward(problem, CurrentGpu(), without),
+                        buffers, g);
 }
 
 ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
@@ -207,7 +178,9 @@ ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   PathSet without = 0;
   if (auto err = PathsLeftOut(&without); err.failure()) return err;
   const Plan plan = PlanForward(problem, CurrentGpu(), without);
-  if (plan.path == Path::kGeneral) return ResidualForward(stream, buffers, g, eps);
+  if (plan.path == Path::kGeneral) {
+    return GeneralForward(stream, {x, w, *y, *inv_rms, &residual, &*sum}, g, eps);
+  }
   return LaunchRowsResidualForward(stream, plan, buffers, g, eps);
 }
 
@@ -289,8 +262,7 @@ Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without) {
 // [handler-symbols]
 // kCmdBufferCompatible: the handlers only launch kernels on the stream, into
 // buffers XLA passes, so XLA may record them into its CUDA graphs.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCuda, ForwardCuda<Kernels::kFast>,
-                              ForwardBinding(),
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCuda, ForwardCuda, ForwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualForwardCuda, ResidualForwardCuda,
                               ResidualForwardBinding(),
@@ -298,16 +270,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualForwardCuda, ResidualForwardCuda,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormQuantisedForwardCuda, QuantisedForwardCuda,
                               QuantisedForwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda,
-                              BackwardCuda<Kernels::kFast>, BackwardBinding(),
-                              {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCudaApexSeed,
-                              ForwardCuda<Kernels::kApexSeed>,
-                              ForwardBinding(),
-                              {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCudaApexSeed,
-                              BackwardCuda<Kernels::kApexSeed>,
-                              BackwardBinding(),
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda, BackwardCuda, BackwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});
 // [handler-symbols-end]
 

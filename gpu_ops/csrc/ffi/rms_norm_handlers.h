@@ -28,9 +28,6 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormQuantisedForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
-// The seed's kernels alone, the baseline the benchmarks compare with.
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCudaApexSeed);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCudaApexSeed);
 // The plans the handlers make on the current GPU, given the paths that
 // GPU_OPS_PLAN_WITHOUT leaves out (with the same occupancy answers and the
 // same GPU_OPS_PLAN_WITHOUT_CLUSTERS setting).

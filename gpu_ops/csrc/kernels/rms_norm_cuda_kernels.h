@@ -2,15 +2,14 @@
 // a plan of rms_norm_plan.h (which says what each path is for) and decides
 // nothing, and the *Resident functions answer the planner's questions about
 // their kernels with CUDA's occupancy calculator.
-// - rms_norm_fast.cu: rows a thread team (or a cluster of blocks) holds;
+// - rms_norm_fast.cu: rows a thread team (or a cluster of blocks) holds,
+//   with a residual add too;
 // - rms_norm_grid_rows.cu: inputs the whole GPU holds at once;
 // - rms_norm_shared_rows.cu: forward rows a cluster holds in shared memory;
 // - rms_norm_split_rows.cu: each row over many blocks, in two passes;
-// - rms_norm_residual.cu: the forward with a residual add, any dtypes;
-// - rms_norm_fp8.cu: the forward quantised to float8, any dtypes;
-// - rms_norm_apex_seed.cu: the seed tutorial's kernels, derived from NVIDIA
-//   apex: every dtype pair and row length. They run what the fast kernels do
-//   not cover, and stay selectable on their own as the comparison baseline.
+// - rms_norm_general.cu: every dtype pair and row length (kGeneral), with a
+//   residual add too;
+// - rms_norm_fp8.cu: the forward quantised to float8, any dtypes.
 //
 // Buffers have been validated (rms_norm_checks.h) and rows > 0.
 #ifndef GPU_OPS_RMS_NORM_CUDA_KERNELS_H_
@@ -39,13 +38,25 @@ struct BackwardBuffers {
   ffi::AnyBuffer chunk_sums;         // scratch: float32 (ChunkSumsLength)
 };
 
+// The general forward; with a residual add where `residual` and `sum`
+// (x + residual, a result) are given.
+struct GeneralForwardBuffers {
+  ffi::AnyBuffer x, w;        // inputs
+  ffi::AnyBuffer y, inv_rms;  // results
+  const ffi::AnyBuffer* residual = nullptr;
+  const ffi::AnyBuffer* sum = nullptr;
+};
+
+ffi::Error GeneralForward(cudaStream_t stream, const GeneralForwardBuffers& b,
+                          RowGeometry g, double eps);
+ffi::Error GeneralBackward(cudaStream_t stream, const BackwardBuffers& b,
+                           RowGeometry g);
+
 struct ResidualForwardBuffers {
   ffi::AnyBuffer x, w, residual;   // inputs
   ffi::AnyBuffer y, inv_rms, sum;  // results; sum = x + residual
 };
 
-ffi::Error ResidualForward(cudaStream_t stream, const ResidualForwardBuffers& b,
-                           RowGeometry g, double eps);
 // kFewRows and kRowsPerBlock with a residual add.
 ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
                                      const ResidualForwardBuffers& b,
@@ -60,10 +71,6 @@ struct QuantisedForwardBuffers {
 ffi::Error QuantisedForward(cudaStream_t stream, const QuantisedForwardBuffers& b,
                             RowGeometry g, double eps);
 
-ffi::Error ApexSeedForward(cudaStream_t stream, const ForwardBuffers& b,
-                           RowGeometry g, double eps);
-ffi::Error ApexSeedBackward(cudaStream_t stream, const BackwardBuffers& b,
-                            RowGeometry g);
 
 // Whether this GPU runs the kernels' Hopper code, clusters included.
 bool RunsClusters();

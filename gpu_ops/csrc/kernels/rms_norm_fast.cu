@@ -1,7 +1,8 @@
 // RMS norm kernels built for memory bandwidth: the default on NVIDIA GPUs.
 //
 // RMS norm does a few flops per byte, so its speed is the speed at which it
-// moves bytes. Compared with the seed's kernels (rms_norm_apex_seed.cu):
+// moves bytes. Compared with the general kernels (rms_norm_general.cu), and
+// the seed tutorial's they follow:
 // - every load and store moves 16 bytes (8 bfloat16/float16 or 4 float32);
 // - a row is spread over a "row team" of threads (part of a block for short
 //   rows, a whole block, or a cluster of up to 8 blocks sharing their sums

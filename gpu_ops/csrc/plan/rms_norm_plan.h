@@ -27,12 +27,12 @@
 //                 (rms_norm_split_rows.cu);
 //   kGeneral      what the fast kernels do not take (other dtypes, rows not
 //                 of whole 16-byte vectors, unaligned buffers): the general
-//                 kernels, the seed tutorial's (rms_norm_apex_seed.cu).
+//                 kernels (rms_norm_general.cu).
 // backward: kRowTeams (rows a team or cluster holds), kGridRows, kSplitRows
 // and kGeneral, likewise.
 // forward with a residual add (Problem::residual): kFewRows and
-// kRowsPerBlock; kGeneral is the general residual kernel
-// (rms_norm_residual.cu).
+// kRowsPerBlock; kGeneral runs the general kernel with the residual add
+// (rms_norm_general.cu).
 #ifndef GPU_OPS_RMS_NORM_PLAN_H_
 #define GPU_OPS_RMS_NORM_PLAN_H_
 
