@@ -15,10 +15,12 @@ the pieces the book builds chapter by chapter:
 - ``sharding``: custom partitioning across devices;
 - ``validation``: clear errors for bad input;
 - ``kernel_plans``: which CUDA kernels a call runs, on this or a described GPU;
+- ``quantised``: the entry points quantised to float8;
 - ``float8``: the float8 layout (a scale per group of 128 values) in jnp.
 """
 
-from gpu_ops.api import rms_norm, rms_norm_fp8, rms_norm_through_fp8
+from gpu_ops.api import rms_norm
+from gpu_ops.quantised import rms_norm_fp8, rms_norm_through_fp8
 from gpu_ops.ffi_targets import CUDA_COMPILED
 
 __all__ = ["rms_norm", "rms_norm_fp8", "rms_norm_through_fp8", "CUDA_COMPILED"]

@@ -1,19 +1,14 @@
-"""The public entry point, :func:`rms_norm`."""
+"""The public entry point, :func:`rms_norm` (quantised.py has the float8 ones)."""
 
 import jax.numpy as jnp
 
 # Importing these registers the FFI targets, lowerings, vmap rules and
 # partitioning rules of the primitives.
-from functools import partial
-
-import jax
-
-from gpu_ops import batching, float8, hijax_route, lowering, sharding  # noqa: F401
-from gpu_ops.autodiff import rms_norm_residual_vjp, rms_norm_through_fp8_vjp, rms_norm_vjp
-from gpu_ops.primitives import rms_norm_fp8_fwd_p
+from gpu_ops import batching, hijax_route, lowering, sharding  # noqa: F401
+from gpu_ops.autodiff import rms_norm_residual_vjp, rms_norm_vjp
 from gpu_ops.sharding import over_explicit_axes, vary_alike
-from gpu_ops.validation import (check_float8_weight, check_implementation, check_pallas_gpus,
-                                check_residual, check_rms_norm_args)
+from gpu_ops.validation import (check_implementation, check_pallas_gpus, check_residual,
+                                check_rms_norm_args)
 
 
 def _with_pallas_kernels(x, weight, eps):
@@ -76,99 +71,27 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, implementation="primitives")
       axes, and inside ``shard_map``; the CUDA kernels run on NVIDIA GPUs and
       a C++ implementation on CPUs.
     """
-    x = jnp.asarray(x)
-    weight = jnp.asarray(weight)
-    eps = check_rms_norm_args(x, weight, eps)
-    name = check_implementation(implementation, IMPLEMENTATIONS)
-    operands = (x, weight)
-    defined = IMPLEMENTATIONS[name]
-    if residual is not None:
-        operands = (x, weight, check_residual(x, residual))
-        defined = WITH_RESIDUAL[name]
-
-    def on_its_devices(*operands):
-        return defined(*vary_alike(*operands), eps)
-
-    return over_explicit_axes(on_its_devices, *operands)
+    operands, eps, name = checked_operands(x, weight, eps, residual, implementation,
+                                           IMPLEMENTATIONS)
+    defined = IMPLEMENTATIONS[name] if residual is None else WITH_RESIDUAL[name]
+    return on_their_devices(defined, operands, eps)
 
 
-def _checked(x, weight, eps, implementation, known):
+def checked_operands(x, weight, eps, residual, implementation, known):
+    """(operands, eps, name): x, the weight and the residual if there is one,
+    as arrays, eps as a float and the implementation's name, each checked."""
     x, weight = jnp.asarray(x), jnp.asarray(weight)
     eps = check_rms_norm_args(x, weight, eps)
-    check_float8_weight(weight, float8.GROUP)
-    return x, weight, eps, check_implementation(implementation, known)
+    name = check_implementation(implementation, known)
+    if residual is None:
+        return (x, weight), eps, name
+    return (x, weight, check_residual(x, residual)), eps, name
 
 
-def _fp8_from_primitive(x, weight, eps):
-    values, _, scales = rms_norm_fp8_fwd_p.bind(x, weight, eps=eps)
-    return values, scales
+def on_their_devices(defined, operands, eps):
+    """defined(*operands, eps), per device where the operands' types shard
+    them, each varying along the mesh axes the others vary along."""
+    def on_its_devices(*operands):
+        return defined(*vary_alike(*operands), eps)
+    return over_explicit_axes(on_its_devices, *operands)
 
-
-def _fp8_after(defined):
-    """y of `defined`, quantised by jnp (float8.quantize)."""
-    return lambda x, weight, eps: float8.quantize(defined(x, weight, eps))
-
-
-def _through_fp8_after(defined):
-    """y of `defined`, quantised and dequantised by jnp, its gradient y's."""
-    def through(x, weight, eps):
-        y = defined(x, weight, eps)
-        quantised = float8.dequantize(*float8.quantize(y), y.dtype)
-        return y + jax.lax.stop_gradient(quantised - y)
-    return through
-
-
-#: The forward quantised to float8 in one kernel pass with the FFI handlers;
-#: the HiJAX and Pallas routes quantise their y with jnp.
-FP8 = {"primitives": _fp8_from_primitive,
-       "hijax": _fp8_after(IMPLEMENTATIONS["hijax"]),
-       "pallas": _fp8_after(_with_pallas_kernels)}
-THROUGH_FP8 = {"primitives": rms_norm_through_fp8_vjp,
-               "hijax": _through_fp8_after(IMPLEMENTATIONS["hijax"]),
-               "pallas": _through_fp8_after(_with_pallas_kernels)}
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def _forward_only(x, weight, eps, name):
-    return FP8[name](x, weight, eps)
-
-
-@_forward_only.defjvp
-def _no_derivative(eps, name, primals, tangents):
-    del eps, name, primals, tangents
-    raise TypeError("rms_norm_fp8 has no derivative (its float8 values are rounded); "
-                    "rms_norm_through_fp8 passes y's gradient straight through the "
-                    "quantisation")
-
-
-def _on_devices(defined, x, weight, eps):
-    def on_its_devices(x, weight):
-        return defined(*vary_alike(x, weight), eps)
-    return over_explicit_axes(on_its_devices, x, weight)
-
-
-def rms_norm_fp8(x, weight, eps=1e-5, *, implementation="primitives"):
-    """``rms_norm(x, weight, eps)`` quantised to float8_e4m3fn for the next
-    matmul, in groups of 128 values of a row that share a float32 scale.
-
-    Returns ``(values, scales)``: values of x's shape in float8_e4m3fn, and
-    scales of shape ``(*x.shape[:-1], x.shape[-1] // 128)``, each its
-    group's largest magnitude over 448 (``gpu_ops.float8`` has the layout and
-    ``dequantize``). The weight must be one axis, a multiple of 128 long.
-    With the "primitives" implementation y is quantised in the kernel, from
-    float32, without being written out first. Forward only: for a gradient,
-    :func:`rms_norm_through_fp8`. Works under ``jit``, ``vmap`` and sharding
-    as ``rms_norm`` does.
-    """
-    x, weight, eps, name = _checked(x, weight, eps, implementation, FP8)
-    return _on_devices(partial(_forward_only, name=name), x, weight, eps)
-
-
-def rms_norm_through_fp8(x, weight, eps=1e-5, *, implementation="primitives"):
-    """``rms_norm(x, weight, eps)`` as the next matmul sees it after float8
-    quantisation: :func:`rms_norm_fp8`'s values times their scales, in the
-    weight's dtype. Its gradient passes straight through the quantisation
-    (that of y itself, the convention of float8 training).
-    """
-    x, weight, eps, name = _checked(x, weight, eps, implementation, THROUGH_FP8)
-    return _on_devices(THROUGH_FP8[name], x, weight, eps)

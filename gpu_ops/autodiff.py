@@ -55,6 +55,8 @@ def _residual_forward(x, weight, residual, eps, kernels):
 
 
 def _residual_backward(eps, kernels, saved, cotangents):
+    """(dx, dweight, dresidual) from the forward's saved (inv_rms, total,
+    weight) and the cotangents of y and of total."""
     inv_rms, total, weight = saved
     dy, dtotal_stream = cotangents
     dtotal, dweight = higher_order.backward(dy, inv_rms, total, weight, eps, kernels)
@@ -67,8 +69,7 @@ rms_norm_residual_vjp.defvjp(_residual_forward, _residual_backward)
 
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
 def rms_norm_through_fp8_vjp(x, weight, eps):
-    values, _, scales = rms_norm_fp8_fwd_p.bind(x, weight, eps=eps)
-    return float8.dequantize(values, scales, weight.dtype)
+    return _through_fp8_forward(x, weight, eps)[0]
 
 
 def _through_fp8_forward(x, weight, eps):
@@ -82,3 +83,22 @@ def _through_fp8_backward(eps, saved, dy):
 
 
 rms_norm_through_fp8_vjp.defvjp(_through_fp8_forward, _through_fp8_backward)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3,))
+def rms_norm_residual_through_fp8_vjp(x, weight, residual, eps):
+    return _residual_through_fp8_forward(x, weight, residual, eps)[0]
+
+
+def _residual_through_fp8_forward(x, weight, residual, eps):
+    values, inv_rms, scales, total = rms_norm_fp8_fwd_p.bind(x, weight, residual, eps=eps)
+    y = float8.dequantize(values, scales, weight.dtype)
+    return (y, total), (inv_rms, total, weight)
+
+
+def _residual_through_fp8_backward(eps, saved, cotangents):
+    return _residual_backward(eps, "ffi", saved, cotangents)
+
+
+rms_norm_residual_through_fp8_vjp.defvjp(_residual_through_fp8_forward,
+                                         _residual_through_fp8_backward)

@@ -21,6 +21,7 @@ from gpu_ops.primitives import (rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
 _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
 _residual_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FORWARD_TARGET)
 _fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.FP8_FORWARD_TARGET)
+_residual_fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FP8_FORWARD_TARGET)
 _backward_call = jax.ffi.ffi_lowering(ffi_targets.BACKWARD_TARGET)
 
 
@@ -126,4 +127,5 @@ for _platform in ("cpu", "cuda"):
         platform=_platform)
 # The quantised forward has no scratch, and no Pallas kernels (api.py
 # quantises the Pallas kernels' y in jnp instead).
-mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _with_float64_eps(_fp8_forward_call))
+mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _with_or_without_residual(
+    _with_float64_eps(_fp8_forward_call), _with_float64_eps(_residual_fp8_forward_call)))

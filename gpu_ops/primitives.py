@@ -79,13 +79,14 @@ def _backward_abstract_eval(dy, inv_rms, x, weight, **params):
     )
 
 
-def _quantised_forward_abstract_eval(x, weight, **params):
+def _quantised_forward_abstract_eval(x, weight, *residual, **params):
     del params
     leading = leading_shape(x, weight)
     return (
         _like(x, x.shape, jnp.float8_e4m3fn),
         _like(x, leading, inv_rms_dtype(x.dtype)),
         _like(x, (*leading, weight.shape[-1] // FLOAT8_GROUP), jnp.float32),
+        *(_like(x, x.shape, x.dtype) for _ in residual),
     )
 
 
@@ -102,7 +103,8 @@ rms_norm_bwd_shard_p = _primitive("rms_norm_bwd_shard", _backward_abstract_eval)
 
 #: The forward quantised to float8: ``(x, weight) -> (values, inv_rms,
 #: scales)``, y in float8_e4m3fn with a float32 scale per group of
-#: FLOAT8_GROUP values of a row (weight of one dimension; float8.py).
+#: FLOAT8_GROUP values of a row (weight of one dimension; float8.py); with a
+#: residual operand, of x + residual, which comes last.
 rms_norm_fp8_fwd_shard_p = _primitive("rms_norm_fp8_fwd_shard",
                                       _quantised_forward_abstract_eval)
 

@@ -123,20 +123,24 @@ def _forward_partition(eps, kernels, mesh, arg_infos, result_infos):
 def _fp8_forward_rule(eps, kernels, mesh, operand_types, result_types):
     del eps, kernels, mesh, result_types
     rows, normalised, replicated = _factor_names(len(operand_types[0].shape), 1)
+    x = f"{rows} {normalised}"
+    like_x = [x] * (len(operand_types) - 2)  # a residual, and x + residual
     # g: the groups of a row, each with its scale
-    rule = f"{rows} {normalised}, {normalised} -> {rows} {normalised}, {rows}, {rows} g"
+    rule = (f"{', '.join([x, normalised, *like_x])} -> "
+            f"{', '.join([x, rows, f'{rows} g', *like_x])}")
     return rule, {"need_replication_factors": (*replicated, "g")}
 
 
 def _fp8_forward_partition(eps, kernels, mesh, arg_infos, result_infos):
     del kernels, result_infos
-    x_info, weight_info = arg_infos
+    x_info, weight_info, *residual = arg_infos
     x_sharding, inv_sharding, replicated, _ = _row_shardings(
         mesh, x_info, len(weight_info.shape))
     scales_sharding = NamedSharding(mesh, PartitionSpec(*inv_sharding.spec, None))
+    like_x = (x_sharding,) * len(residual)
     per_shard = partial(_bind_fp8_forward_shard, eps=eps)
-    return (mesh, per_shard, (x_sharding, inv_sharding, scales_sharding),
-            (x_sharding, replicated))
+    return (mesh, per_shard, (x_sharding, inv_sharding, scales_sharding, *like_x),
+            (x_sharding, replicated, *like_x))
 
 
 def _backward_partition(eps, kernels, mesh, arg_infos, result_infos):
@@ -170,14 +174,20 @@ def _residual_forward(x, weight, residual, eps, kernels):
     return _bind_forward_shard(x, weight, residual, eps=eps, kernels=kernels)
 
 
-def _bind_fp8_forward_shard(x, weight, *, eps):
-    return tuple(rms_norm_fp8_fwd_shard_p.bind(x, weight, eps=eps))
+def _bind_fp8_forward_shard(*operands, eps):
+    return tuple(rms_norm_fp8_fwd_shard_p.bind(*operands, eps=eps))
 
 
 @partial(custom_partitioning, static_argnums=(2, 3))
 def _fp8_forward(x, weight, eps, kernels):
     del kernels  # the FFI kernels only
     return _bind_fp8_forward_shard(x, weight, eps=eps)
+
+
+@partial(custom_partitioning, static_argnums=(3, 4))
+def _residual_fp8_forward(x, weight, residual, eps, kernels):
+    del kernels
+    return _bind_fp8_forward_shard(x, weight, residual, eps=eps)
 
 
 @partial(custom_partitioning, static_argnums=(4, 5))
@@ -190,6 +200,8 @@ _forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule
 _residual_forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
 _backward.def_partition(partition=_backward_partition, sharding_rule=_backward_rule)
 _fp8_forward.def_partition(partition=_fp8_forward_partition, sharding_rule=_fp8_forward_rule)
+_residual_fp8_forward.def_partition(partition=_fp8_forward_partition,
+                                    sharding_rule=_fp8_forward_rule)
 
 
 def _lowering_through(partitioned):
@@ -215,7 +227,8 @@ def _lowering_through(partitioned):
 
 mlir.register_lowering(rms_norm_fwd_p, _lowering_through({2: _forward, 3: _residual_forward}))
 mlir.register_lowering(rms_norm_bwd_p, _lowering_through({4: _backward}))
-mlir.register_lowering(rms_norm_fp8_fwd_p, _lowering_through({2: _fp8_forward}))
+mlir.register_lowering(rms_norm_fp8_fwd_p,
+                       _lowering_through({2: _fp8_forward, 3: _residual_fp8_forward}))
 
 # custom_partitioning needs the device assignment while lowering; jit provides
 # it only to computations holding a primitive in this set. JAX adds its own

@@ -130,6 +130,14 @@ def test_quantised_forward_handler_rejects_mismatched_buffers(results, args, mes
         jax.block_until_ready(call(*args, eps=np.float64(1e-5)))
 
 
+def test_residual_quantised_forward_handler_checks_the_sum():
+    results = [_spec((4, 128), jnp.float8_e4m3fn), _spec((4,), jnp.float32),
+               _spec((4, 1), jnp.float32), _spec((4, 128), jnp.bfloat16)]
+    call = jax.ffi.ffi_call(ffi_targets.RESIDUAL_FP8_FORWARD_TARGET, results)
+    with pytest.raises(Exception, match=r"x \+ residual has dtype bfloat16"):
+        jax.block_until_ready(call(X128, W128, X128, eps=np.float64(1e-5)))
+
+
 @pytest.mark.parametrize("bad", ["dy_dtype", "inv_shape", "dweight_shape"])
 def test_backward_handler_rejects_mismatched_buffers(bad):
     dy = X.astype(jnp.float16) if bad == "dy_dtype" else X

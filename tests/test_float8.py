@@ -24,6 +24,19 @@ def _inputs(shape, dtype, weight_dtype=None, seed=0):
     return x, weight, dy
 
 
+def _assert_same_quantised(got, want, implementation):
+    """Equal, for the kernels' quantisation; where XLA quantises (HiJAX and
+    Pallas routes), its conversion to float8 may round a value the other
+    way in one compiled function and not in another: at most one float8
+    step apart, and rarely."""
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    if implementation == "primitives":
+        np.testing.assert_array_equal(got, want)
+        return
+    assert np.mean(got != want) < 0.02
+    np.testing.assert_allclose(got, want, rtol=2.0**-3, atol=2.0**-9 * np.abs(want).max())
+
+
 def _check_quantised(values, scales, x, weight, implementation):
     """values and scales are the float64 reference y's, to rounding: of y
     computed in float32 (float64 for float64 x) in the kernel, or in the
@@ -119,7 +132,7 @@ def test_vmap_is_a_loop_over_examples(in_axes, implementation):
     for k in range(3):
         want = gpu_ops.rms_norm_fp8(x[k], weight if in_axes[1] is None else weights[k])
         for g, w in zip(got, want):
-            np.testing.assert_array_equal(np.asarray(g[k], np.float32), np.asarray(w, np.float32))
+            _assert_same_quantised(g[k], w, implementation)
 
 
 @pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
@@ -138,7 +151,7 @@ def test_sharded_rows_give_the_one_device_answer(spec, axis_type, implementation
     if spec[0] is not None or spec[1] is not None:  # rows split: none gathered
         assert "all-gather" not in hlo and "all-to-all" not in hlo
     want = gpu_ops.rms_norm_fp8(*single)
-    np.testing.assert_array_equal(np.asarray(values, np.float32), np.asarray(want[0], np.float32))
+    _assert_same_quantised(values, want[0], implementation)
     np.testing.assert_array_equal(scales, want[1])
     want_grads = jax.grad(lambda x, w: jnp.sum(gpu_ops.rms_norm_through_fp8(x, w) * dy),
                           argnums=(0, 1))(*single)
@@ -163,7 +176,7 @@ def test_export_with_a_symbolic_batch(implementation):
     restored = export.deserialize(export_it(*types).serialize())
     x, weight, _ = _inputs((5, 256), jnp.float32, seed=5)
     for got, want in zip(restored.call(x, weight), gpu_ops.rms_norm_fp8(x, weight)):
-        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+        _assert_same_quantised(got, want, implementation)
 
 
 @pytest.mark.ffi_lowering
@@ -188,3 +201,96 @@ def test_weights_without_whole_groups_are_a_clear_error(weight_shape, implementa
         gpu_ops.rms_norm_fp8(x, jnp.ones(weight_shape))
     with pytest.raises(ValueError, match="multiple of 128"):
         gpu_ops.rms_norm_through_fp8(x, jnp.ones(weight_shape))
+
+
+# With a residual: "add the residual, normalise, quantise", in one kernel pass.
+def _residual_inputs(seed=6):
+    x, weight, dy = _inputs((6, 2, 256), jnp.bfloat16, seed=seed)
+    residual = jax.random.normal(jax.random.key(seed + 1), x.shape, jnp.float32).astype(x.dtype)
+    return x, weight, residual, dy
+
+
+def test_with_a_residual_it_quantises_the_sum(implementation):
+    x, weight, residual, _ = _residual_inputs()
+    values, scales, total = jax.jit(lambda *a: gpu_ops.rms_norm_fp8(
+        a[0], a[1], residual=a[2]))(x, weight, residual)
+    np.testing.assert_array_equal(total, x + residual)
+    expected_values, expected_scales = gpu_ops.rms_norm_fp8(total, weight)
+    _assert_same_quantised(values, expected_values, implementation)
+    np.testing.assert_array_equal(scales, expected_scales)
+
+
+def test_with_a_residual_the_gradient_is_the_residual_norms(implementation):
+    x, weight, residual, dy = _residual_inputs(seed=7)
+    dtotal = jnp.flip(x, axis=-1)
+
+    def through(x, weight, residual):
+        return gpu_ops.rms_norm_through_fp8(x, weight, residual=residual)
+
+    def plain(x, weight, residual):
+        return gpu_ops.rms_norm(x, weight, residual=residual)
+
+    (y, total), pullback = jax.vjp(through, x, weight, residual)
+    values, scales, _ = gpu_ops.rms_norm_fp8(x, weight, residual=residual)
+    _assert_same_quantised(y, float8.dequantize(values, scales, weight.dtype), implementation)
+    np.testing.assert_array_equal(total, x + residual)
+    want = jax.vjp(plain, x, weight, residual)[1]((dy, dtotal))
+    for got, expected in zip(pullback((dy, dtotal)), want):
+        np.testing.assert_array_equal(np.asarray(got, np.float32),
+                                      np.asarray(expected, np.float32))
+
+
+@pytest.mark.parametrize("in_axes", [(0, None, 0), (0, None, None), (None, None, 0)], ids=str)
+def test_with_a_residual_vmap_is_a_loop(in_axes, implementation):
+    x, weight, residual, _ = _residual_inputs(seed=8)
+
+    def fp8(x, weight, residual):
+        return gpu_ops.rms_norm_fp8(x, weight, residual=residual)
+
+    args = [x, weight, residual]
+    batched = [a if axis is None else jnp.stack([a, -a, 2 * a]) for a, axis in
+               zip(args, in_axes)]
+    got = jax.jit(jax.vmap(fp8, in_axes=in_axes))(*batched)
+    for k in range(3):
+        example = [a if axis is None else b[k] for a, b, axis in zip(args, batched, in_axes)]
+        for g, w in zip(got, fp8(*example)):
+            _assert_same_quantised(g[k], w, implementation)
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
+def test_with_a_residual_sharded_rows_give_the_one_device_answer(axis_type, implementation):
+    devices = jax.devices() if len(jax.devices()) >= 2 else jax.devices("cpu")
+    mesh = jax.sharding.Mesh(np.array(devices[:2]), ("data",), axis_types=(axis_type,))
+    x, weight, residual, _ = _residual_inputs(seed=9)
+    sharding = NamedSharding(mesh, P("data"))
+    args = (jax.device_put(x, sharding), weight, jax.device_put(residual, sharding))
+
+    def fp8(x, weight, residual):
+        return gpu_ops.rms_norm_fp8(x, weight, residual=residual)
+
+    with jax.set_mesh(mesh):
+        got = jax.jit(fp8)(*args)
+        hlo = jax.jit(fp8).lower(*args).compile().as_text()
+    assert "all-gather" not in hlo and "all-to-all" not in hlo
+    for g, w in zip(got, fp8(*(jax.device_put(a, devices[0]) for a in (x, weight, residual)))):
+        _assert_same_quantised(g, w, implementation)
+
+
+@pytest.mark.ffi_lowering
+def test_with_a_residual_one_custom_call_adds_normalises_and_quantises(implementation):
+    if implementation == "hijax":
+        pytest.skip("the HiJAX route's sum and quantisation are XLA's")
+    x, weight, residual, _ = _residual_inputs()
+    text = jax.jit(lambda *a: gpu_ops.rms_norm_fp8(a[0], a[1], residual=a[2])).trace(
+        x, weight, residual).lower(lowering_platforms=("cuda",)).as_text()
+    (call,) = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
+    assert "@gpu_ops_rms_norm_residual_fp8_fwd" in call
+    assert "stablehlo.add" not in text
+
+
+def test_a_residual_unlike_x_is_a_clear_error(implementation):
+    x, weight, residual, _ = _residual_inputs()
+    with pytest.raises(TypeError, match="residual must have x's dtype"):
+        gpu_ops.rms_norm_fp8(x, weight, residual=residual.astype(jnp.float32))
+    with pytest.raises(ValueError, match="residual must have x's shape"):
+        gpu_ops.rms_norm_through_fp8(x, weight, residual=residual[0])

@@ -382,3 +382,15 @@ def test_fp8_forward_over_the_row_lengths(shape, dtype, weight_dtype):
     want = np.asarray(expected_values, np.float32).reshape(-1)
     assert np.mean(got != want) < 1e-3
     np.testing.assert_allclose(got, want, rtol=2.0**-3, atol=2.0**-9)
+
+
+@pytest.mark.parametrize("shape", [(67, 4_096), (9, 262_144)], ids=str)
+def test_fp8_forward_with_a_residual(shape):
+    x, weight, _ = random_inputs(shape, jnp.bfloat16, seed=9)
+    residual = jnp.flip(x, axis=-1)
+    values, scales, total = gpu_ops.rms_norm_fp8(x, weight, residual=residual)
+    np.testing.assert_array_equal(total, x + residual)
+    alone = gpu_ops.rms_norm_fp8(total, weight)  # the same kernel's arithmetic
+    np.testing.assert_array_equal(np.asarray(values).view(np.uint8),
+                                  np.asarray(alone[0]).view(np.uint8))
+    np.testing.assert_array_equal(scales, alone[1])

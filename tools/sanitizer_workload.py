@@ -80,9 +80,11 @@ def main():
 
     for shape, x_dtype, w_dtype in FP8_CASES:
         x = jax.random.normal(jax.random.key(2), shape, jnp.float32).astype(x_dtype)
-        jax.block_until_ready(gpu_ops.rms_norm_fp8(x, jnp.ones(shape[-1:], w_dtype)))
-        print("ok, quantised", shape, jnp.dtype(x_dtype).name, jnp.dtype(w_dtype).name,
-              flush=True)
+        weight = jnp.ones(shape[-1:], w_dtype)
+        jax.block_until_ready(gpu_ops.rms_norm_fp8(x, weight))
+        jax.block_until_ready(gpu_ops.rms_norm_fp8(x, weight, residual=x))
+        print("ok, quantised (and with a residual)", shape, jnp.dtype(x_dtype).name,
+              jnp.dtype(w_dtype).name, flush=True)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ py::dict Targets() {
   cpu["gpu_ops_rms_norm_residual_fwd"] =
       Capsule(gpu_ops::RmsNormResidualForwardCpu);
   cpu["gpu_ops_rms_norm_fp8_fwd"] = Capsule(gpu_ops::RmsNormQuantisedForwardCpu);
+  cpu["gpu_ops_rms_norm_residual_fp8_fwd"] =
+      Capsule(gpu_ops::RmsNormResidualQuantisedForwardCpu);
   cpu["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCpu);
   py::dict targets;
   targets["cpu"] = cpu;
@@ -37,6 +39,8 @@ py::dict Targets() {
       Capsule(gpu_ops::RmsNormResidualForwardCuda);
   cuda["gpu_ops_rms_norm_fp8_fwd"] =
       Capsule(gpu_ops::RmsNormQuantisedForwardCuda);
+  cuda["gpu_ops_rms_norm_residual_fp8_fwd"] =
+      Capsule(gpu_ops::RmsNormResidualQuantisedForwardCuda);
   cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
   targets["CUDA"] = cuda;
 #endif

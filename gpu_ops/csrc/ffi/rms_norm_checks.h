@@ -128,8 +128,19 @@ inline ffi::Error CheckForwardBuffers(const ffi::AnyBuffer& x,
                       LeadingDims(x, w));
 }
 
-// The forward's buffers, and the residual add's operand and result (x +
-// residual), both of x's dtype and shape.
+// The residual add's operand and result (x + residual): x's dtype and shape.
+inline ffi::Error CheckResidualBuffers(const ffi::AnyBuffer& x,
+                                       const ffi::AnyBuffer& residual,
+                                       const ffi::AnyBuffer& sum) {
+  if (auto err = ExpectBuffer("residual", residual, x.element_type(),
+                              x.dimensions());
+      err.failure()) {
+    return err;
+  }
+  return ExpectBuffer("x + residual", sum, x.element_type(), x.dimensions());
+}
+
+// The forward's buffers, and the residual add's.
 inline ffi::Error CheckResidualForwardBuffers(
     const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
     const ffi::AnyBuffer& residual, double eps, const ffi::AnyBuffer& y,
@@ -139,12 +150,7 @@ inline ffi::Error CheckResidualForwardBuffers(
       err.failure()) {
     return err;
   }
-  if (auto err = ExpectBuffer("residual", residual, x.element_type(),
-                              x.dimensions());
-      err.failure()) {
-    return err;
-  }
-  return ExpectBuffer("x + residual", sum, x.element_type(), x.dimensions());
+  return CheckResidualBuffers(x, residual, sum);
 }
 
 // Values of a row quantised to float8 share a scale in groups of this many.
@@ -178,6 +184,20 @@ inline ffi::Error CheckQuantisedForwardBuffers(
     if (err.failure()) return err;
   }
   return ffi::Error::Success();
+}
+
+// The quantised forward's buffers, and the residual add's.
+inline ffi::Error CheckResidualQuantisedForwardBuffers(
+    const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+    const ffi::AnyBuffer& residual, double eps, const ffi::AnyBuffer& values,
+    const ffi::AnyBuffer& inv_rms, const ffi::AnyBuffer& scales,
+    const ffi::AnyBuffer& sum, RowGeometry* geometry) {
+  if (auto err = CheckQuantisedForwardBuffers(x, w, eps, values, inv_rms,
+                                              scales, geometry);
+      err.failure()) {
+    return err;
+  }
+  return CheckResidualBuffers(x, residual, sum);
 }
 
 inline ffi::Error CheckBackwardBuffers(

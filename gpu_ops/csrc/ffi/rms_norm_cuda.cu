@@ -199,6 +199,22 @@ ffi::Error QuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   return QuantisedForward(stream, {x, w, *values, *inv_rms, *scales}, g, eps);
 }
 
+ffi::Error ResidualQuantisedForwardCuda(
+    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+    ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> values,
+    ffi::Result<ffi::AnyBuffer> inv_rms, ffi::Result<ffi::AnyBuffer> scales,
+    ffi::Result<ffi::AnyBuffer> sum, double eps) {
+  RowGeometry g;
+  if (auto err = CheckResidualQuantisedForwardBuffers(
+          x, w, residual, eps, *values, *inv_rms, *scales, *sum, &g);
+      err.failure()) {
+    return err;
+  }
+  if (g.rows == 0) return ffi::Error::Success();
+  return QuantisedForward(
+      stream, {x, w, *values, *inv_rms, *scales, &residual, &*sum}, g, eps);
+}
+
 // [forward-binding]
 auto ForwardBinding() {
   return ffi::Ffi::Bind()
@@ -232,6 +248,19 @@ auto QuantisedForwardBinding() {
       .Ret<ffi::AnyBuffer>()  // float8 values of y
       .Ret<ffi::AnyBuffer>()  // inv_rms
       .Ret<ffi::AnyBuffer>()  // scales
+      .Attr<double>("eps");
+}
+
+auto ResidualQuantisedForwardBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Arg<ffi::AnyBuffer>()  // x
+      .Arg<ffi::AnyBuffer>()  // weight
+      .Arg<ffi::AnyBuffer>()  // residual
+      .Ret<ffi::AnyBuffer>()  // float8 values of y
+      .Ret<ffi::AnyBuffer>()  // inv_rms
+      .Ret<ffi::AnyBuffer>()  // scales
+      .Ret<ffi::AnyBuffer>()  // x + residual
       .Attr<double>("eps");
 }
 
@@ -269,6 +298,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualForwardCuda, ResidualForwardCuda,
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormQuantisedForwardCuda, QuantisedForwardCuda,
                               QuantisedForwardBinding(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCuda,
+                              ResidualQuantisedForwardCuda,
+                              ResidualQuantisedForwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda, BackwardCuda, BackwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});

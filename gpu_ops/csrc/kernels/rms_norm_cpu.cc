@@ -32,9 +32,19 @@ double PairwiseSum(int64_t begin, int64_t end, const F& term) {
   return PairwiseSum(begin, middle, term) + PairwiseSum(middle, end, term);
 }
 
-// With a residual, each row first becomes x + residual, rounded to x's
-// dtype (as jnp's x + residual is) and stored in `sum`, and that row is
-// normalised while it is still in the cache.
+// sum = x + residual, rounded to x's dtype once, as jnp's x + residual is:
+// the sum of two values of x's dtype is exact in double for 16-bit values,
+// and rounds to the nearest float32 or float64 as their own addition does.
+// Returns sum, for the caller to normalise while it is still in the cache.
+template <typename X>
+const X* AddRow(const X* x, const X* residual, X* sum, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    sum[c] = Store<X>::From(Load<double>(x[c]) + Load<double>(residual[c]));
+  }
+  return sum;
+}
+
+// With a residual, each row is first x + residual (AddRow).
 template <typename X, typename W>
 void ForwardRows(const X* x, const W* w, W* y, AccumulatorFor<X>* inv_rms,
                  RowGeometry g, double eps, const X* residual = nullptr,
@@ -44,15 +54,7 @@ void ForwardRows(const X* x, const W* w, W* y, AccumulatorFor<X>* inv_rms,
     const X* x_row = x + r * n;
     W* y_row = y + r * n;
     if (residual != nullptr) {
-      X* sum_row = sum + r * n;
-      for (int64_t c = 0; c < n; ++c) {
-        // One rounding: the sum of two values of x's dtype is exact in double
-        // for 16-bit values, and rounds to the nearest float32 or float64 as
-        // their own addition does.
-        sum_row[c] = Store<X>::From(Load<double>(x_row[c]) +
-                                    Load<double>(residual[r * n + c]));
-      }
-      x_row = sum_row;
+      x_row = AddRow(x_row, residual + r * n, sum + r * n, n);
     }
     const double sum_squares = PairwiseSum(0, n, [&](int64_t c) {
       const double v = Load<double>(x_row[c]);
@@ -69,15 +71,20 @@ void ForwardRows(const X* x, const W* w, W* y, AccumulatorFor<X>* inv_rms,
 // y quantised to float8_e4m3fn in groups of kFloat8Group values of a row:
 // each group's scale is its largest |y| over 448 (1 for a group of zeros),
 // and its values are y / scale, rounded (float8_e4m3.h).
+// With a residual, of the rows of x + residual, as ForwardRows.
 template <typename X, typename W>
 void QuantisedForwardRows(const X* x, const W* w, uint8_t* values,
                           float* scales, AccumulatorFor<X>* inv_rms,
-                          RowGeometry g, double eps) {
+                          RowGeometry g, double eps, const X* residual,
+                          X* sum) {
   const int64_t n = g.row_length;
   const int64_t groups = n / kFloat8Group;
   std::vector<double> y(kFloat8Group);
   for (int64_t r = 0; r < g.rows; ++r) {
     const X* x_row = x + r * n;
+    if (residual != nullptr) {
+      x_row = AddRow(x_row, residual + r * n, sum + r * n, n);
+    }
     const double sum_squares = PairwiseSum(0, n, [&](int64_t c) {
       const double v = Load<double>(x_row[c]);
       return v * v;
@@ -197,6 +204,30 @@ ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
   return ForwardOnRows(x, w, *y, *inv_rms, g, eps, &residual, &*sum);
 }
 
+// The quantised forward, with a residual where residual and sum are given.
+ffi::Error QuantisedForwardOnRows(const ffi::AnyBuffer& x,
+                                  const ffi::AnyBuffer& w,
+                                  ffi::AnyBuffer& values,
+                                  ffi::AnyBuffer& inv_rms,
+                                  ffi::AnyBuffer& scales, RowGeometry g,
+                                  double eps,
+                                  const ffi::AnyBuffer* residual = nullptr,
+                                  ffi::AnyBuffer* sum = nullptr) {
+  return DispatchCpu(x.element_type(), w.element_type(), [&](auto xt, auto wt) {
+    using X = typename decltype(xt)::type;
+    using W = typename decltype(wt)::type;
+    QuantisedForwardRows(
+        static_cast<const X*>(x.untyped_data()),
+        static_cast<const W*>(w.untyped_data()),
+        static_cast<uint8_t*>(values.untyped_data()),
+        static_cast<float*>(scales.untyped_data()),
+        static_cast<AccumulatorFor<X>*>(inv_rms.untyped_data()), g, eps,
+        residual ? static_cast<const X*>(residual->untyped_data()) : nullptr,
+        sum ? static_cast<X*>(sum->untyped_data()) : nullptr);
+    return ffi::Error::Success();
+  });
+}
+
 ffi::Error QuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
                                ffi::Result<ffi::AnyBuffer> values,
                                ffi::Result<ffi::AnyBuffer> inv_rms,
@@ -207,17 +238,24 @@ ffi::Error QuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
       err.failure()) {
     return err;
   }
-  return DispatchCpu(x.element_type(), w.element_type(), [&](auto xt, auto wt) {
-    using X = typename decltype(xt)::type;
-    using W = typename decltype(wt)::type;
-    QuantisedForwardRows(static_cast<const X*>(x.untyped_data()),
-                         static_cast<const W*>(w.untyped_data()),
-                         static_cast<uint8_t*>(values->untyped_data()),
-                         static_cast<float*>(scales->untyped_data()),
-                         static_cast<AccumulatorFor<X>*>(inv_rms->untyped_data()),
-                         g, eps);
-    return ffi::Error::Success();
-  });
+  return QuantisedForwardOnRows(x, w, *values, *inv_rms, *scales, g, eps);
+}
+
+ffi::Error ResidualQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
+                                       ffi::AnyBuffer residual,
+                                       ffi::Result<ffi::AnyBuffer> values,
+                                       ffi::Result<ffi::AnyBuffer> inv_rms,
+                                       ffi::Result<ffi::AnyBuffer> scales,
+                                       ffi::Result<ffi::AnyBuffer> sum,
+                                       double eps) {
+  RowGeometry g;
+  if (auto err = CheckResidualQuantisedForwardBuffers(
+          x, w, residual, eps, *values, *inv_rms, *scales, *sum, &g);
+      err.failure()) {
+    return err;
+  }
+  return QuantisedForwardOnRows(x, w, *values, *inv_rms, *scales, g, eps,
+                                &residual, &*sum);
 }
 
 ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
@@ -276,6 +314,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormQuantisedForwardCpu, QuantisedForwardCpu,
                                   .Ret<ffi::AnyBuffer>()  // float8 values of y
                                   .Ret<ffi::AnyBuffer>()  // inv_rms
                                   .Ret<ffi::AnyBuffer>()  // scales
+                                  .Attr<double>("eps"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCpu,
+                              ResidualQuantisedForwardCpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // weight
+                                  .Arg<ffi::AnyBuffer>()  // residual
+                                  .Ret<ffi::AnyBuffer>()  // float8 values of y
+                                  .Ret<ffi::AnyBuffer>()  // inv_rms
+                                  .Ret<ffi::AnyBuffer>()  // scales
+                                  .Ret<ffi::AnyBuffer>()  // x + residual
                                   .Attr<double>("eps"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCpu, BackwardCpu,

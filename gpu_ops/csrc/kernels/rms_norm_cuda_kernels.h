@@ -62,9 +62,12 @@ ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
                                      const ResidualForwardBuffers& b,
                                      RowGeometry g, double eps);
 
+// With a residual add where `residual` and `sum` (a result) are given.
 struct QuantisedForwardBuffers {
   ffi::AnyBuffer x, w;                    // inputs
   ffi::AnyBuffer values, inv_rms, scales;  // results (float8, ..., float32)
+  const ffi::AnyBuffer* residual = nullptr;
+  const ffi::AnyBuffer* sum = nullptr;
 };
 
 // The forward quantised to float8_e4m3fn in groups of kFloat8Group values.

@@ -1,6 +1,7 @@
 // The forward quantised to float8_e4m3fn for the next matmul: y in groups
 // of kFloat8Group (128) values of a row, each group with a float32 scale,
-// its largest |y| over 448, and its values y / scale, from one pass over x.
+// its largest |y| over 448, and its values y / scale, from one pass over x
+// (or over x + residual, added in the same pass).
 //
 // Each block takes a row (and every gridDim.x-th after it). A warp takes a
 // group: each of its 32 threads holds 4 consecutive values, so the group's
@@ -37,25 +38,35 @@ __device__ V WarpReduce(V v, Op op) {
   return v;
 }
 
-template <typename X, typename W>
+// With kResidual, x is first x + residual, rounded to x's dtype once and
+// stored in `sum` (by other threads than those that read it back, after
+// the block's barriers).
+template <typename X, typename W, bool kResidual>
 __global__ void __launch_bounds__(kFp8Threads)
     QuantisedForwardKernel(const X* __restrict__ x, const W* __restrict__ w,
                            uint32_t* __restrict__ values,
                            float* __restrict__ scales,
                            AccumulatorFor<X>* __restrict__ inv_rms,
-                           int64_t rows, int64_t row_length, double eps) {
+                           int64_t rows, int64_t row_length, double eps,
+                           const X* __restrict__ residual, X* __restrict__ sum) {
   using A = AccumulatorFor<X>;
   __shared__ A warp_sums[kFp8Warps];
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int64_t groups = row_length / kFloat8Group;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const X* x_row = x + row * row_length;
+    const int64_t base = row * row_length;
     A squares = 0;
     for (int64_t c = threadIdx.x; c < row_length; c += kFp8Threads) {
-      const A v = ToAcc<A>(x_row[c]);
+      X value = x[base + c];
+      if constexpr (kResidual) {
+        value = Storage<X>::From(ToAcc<A>(value) + ToAcc<A>(residual[base + c]));
+        sum[base + c] = value;
+      }
+      const A v = ToAcc<A>(value);
       squares += v * v;
     }
+    const X* x_row = (kResidual ? sum : x) + base;
     squares = WarpReduce(squares, [](A a, A b) { return a + b; });
     __syncthreads();  // the last row's sums have been read
     if (lane == 0) warp_sums[warp] = squares;
@@ -97,15 +108,22 @@ ffi::Error QuantisedForward(cudaStream_t stream, const QuantisedForwardBuffers& 
       b.x.element_type(), b.w.element_type(), [&](auto xt, auto wt) {
         using X = typename decltype(xt)::type;
         using W = typename decltype(wt)::type;
-        QuantisedForwardKernel<X, W><<<GridSize(g.rows, kMaxGrid), kFp8Threads, 0,
-                                       stream>>>(
-            static_cast<const X*>(b.x.untyped_data()),
-            static_cast<const W*>(b.w.untyped_data()),
-            static_cast<uint32_t*>(b.values.untyped_data()),
-            static_cast<float*>(b.scales.untyped_data()),
-            static_cast<AccumulatorFor<X>*>(b.inv_rms.untyped_data()), g.rows,
-            g.row_length, eps);
-        return CheckLaunch("QuantisedForwardKernel");
+        const auto launch = [&](auto kernel, const X* residual, X* sum) {
+          kernel<<<GridSize(g.rows, kMaxGrid), kFp8Threads, 0, stream>>>(
+              static_cast<const X*>(b.x.untyped_data()),
+              static_cast<const W*>(b.w.untyped_data()),
+              static_cast<uint32_t*>(b.values.untyped_data()),
+              static_cast<float*>(b.scales.untyped_data()),
+              static_cast<AccumulatorFor<X>*>(b.inv_rms.untyped_data()), g.rows,
+              g.row_length, eps, residual, sum);
+          return CheckLaunch("QuantisedForwardKernel");
+        };
+        if (b.residual == nullptr) {
+          return launch(QuantisedForwardKernel<X, W, false>, nullptr, nullptr);
+        }
+        return launch(QuantisedForwardKernel<X, W, true>,
+                      static_cast<const X*>(b.residual->untyped_data()),
+                      static_cast<X*>(b.sum->untyped_data()));
       });
 }
 

@@ -1,0 +1,115 @@
+"""RMS norm quantised to float8 for the next matmul: :func:`rms_norm_fp8`
+(forward only) and :func:`rms_norm_through_fp8` (with a gradient).
+
+The values are float8_e4m3fn with a float32 scale per group of 128 values
+of a row (float8.py). Through the FFI handlers the kernel quantises y as it
+computes it, and adds a residual in the same pass; the HiJAX and Pallas
+routes quantise their y with jnp.
+"""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+from gpu_ops import float8
+from gpu_ops.api import (IMPLEMENTATIONS, WITH_RESIDUAL, _with_pallas_kernels,
+                         checked_operands, on_their_devices)
+from gpu_ops.autodiff import rms_norm_residual_through_fp8_vjp, rms_norm_through_fp8_vjp
+from gpu_ops.primitives import rms_norm_fp8_fwd_p
+from gpu_ops.validation import check_float8_weight
+
+
+def _from_primitive(*operands_and_eps):
+    """(values, scales, [x + residual]) from the quantised forward primitive."""
+    *operands, eps = operands_and_eps
+    values, _, scales, *total = rms_norm_fp8_fwd_p.bind(*operands, eps=eps)
+    return (values, scales, *total)
+
+
+def _quantising(defined):
+    """(values, scales, [x + residual]) of `defined`'s y (and sum), by jnp."""
+    def quantised(*operands_and_eps):
+        y, *total = _as_tuple(defined(*operands_and_eps))
+        return (*float8.quantize(y), *total)
+    return quantised
+
+
+def _straight_through(defined):
+    """`defined`'s y quantised and read back by jnp, its gradient y's."""
+    def through(*operands_and_eps):
+        y, *total = _as_tuple(defined(*operands_and_eps))
+        # In float32, where y + (read_back - y) is read_back exactly (the two
+        # are within a sixteenth of each other, so their difference is exact).
+        y32 = y.astype(jnp.float32)
+        read_back = float8.dequantize(*float8.quantize(y))
+        y = (y32 + jax.lax.stop_gradient(read_back - y32)).astype(y.dtype)
+        return (y, *total) if total else y
+    return through
+
+
+def _as_tuple(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+_PLAIN = {"primitives": None, "hijax": IMPLEMENTATIONS["hijax"],
+          "pallas": _with_pallas_kernels}
+#: By implementation, and by whether a residual is added (the number of
+#: operands): the forward quantised to float8, and y read back from it.
+FP8 = {name: {2: _from_primitive if plain is None else _quantising(plain),
+              3: _from_primitive if plain is None else _quantising(WITH_RESIDUAL[name])}
+       for name, plain in _PLAIN.items()}
+THROUGH_FP8 = {name: {2: rms_norm_through_fp8_vjp if plain is None else _straight_through(plain),
+                      3: rms_norm_residual_through_fp8_vjp if plain is None
+                      else _straight_through(WITH_RESIDUAL[name])}
+               for name, plain in _PLAIN.items()}
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _forward_only(name, eps, operands):
+    return FP8[name][len(operands)](*operands, eps)
+
+
+@_forward_only.defjvp
+def _no_derivative(name, eps, primals, tangents):
+    del name, eps, primals, tangents
+    raise TypeError("rms_norm_fp8 has no derivative (its float8 values are rounded); "
+                    "rms_norm_through_fp8 passes y's gradient straight through the "
+                    "quantisation")
+
+
+def _checked(x, weight, eps, residual, implementation):
+    operands, eps, name = checked_operands(x, weight, eps, residual, implementation, FP8)
+    check_float8_weight(operands[1], float8.GROUP)
+    return operands, eps, name
+
+
+def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, implementation="primitives"):
+    """``rms_norm(x, weight, eps)`` quantised to float8_e4m3fn for the next
+    matmul, in groups of 128 values of a row that share a float32 scale.
+
+    Returns ``(values, scales)``: values of x's shape in float8_e4m3fn, and
+    scales of shape ``(*x.shape[:-1], x.shape[-1] // 128)``, each its
+    group's largest magnitude over 448 (``gpu_ops.float8`` has the layout and
+    ``dequantize``). With ``residual``, of ``x + residual``, and that sum
+    too: ``(values, scales, x + residual)``. The weight must be one axis, a
+    multiple of 128 long. With the "primitives" implementation y is
+    quantised in the kernel, from float32, without being written out first.
+    Forward only: for a gradient, :func:`rms_norm_through_fp8`. Works under
+    ``jit``, ``vmap`` and sharding as ``rms_norm`` does.
+    """
+    operands, eps, name = _checked(x, weight, eps, residual, implementation)
+    return on_their_devices(lambda *ops: _forward_only(name, ops[-1], ops[:-1]),
+                            operands, eps)
+
+
+def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None,
+                         implementation="primitives"):
+    """``rms_norm(x, weight, eps)`` as the next matmul sees it after float8
+    quantisation: :func:`rms_norm_fp8`'s values times their scales, in the
+    weight's dtype (with ``residual``, that and ``x + residual``). Its
+    gradient passes straight through the quantisation (that of y itself, the
+    convention of float8 training).
+    """
+    operands, eps, name = _checked(x, weight, eps, residual, implementation)
+    return on_their_devices(THROUGH_FP8[name][len(operands)], operands, eps)
