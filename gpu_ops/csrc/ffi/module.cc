@@ -59,7 +59,7 @@ gpu_ops::Problem CallProblem(int64_t rows, int64_t row_length,
   } else if (dtype == "bfloat16") {
     problem.dtype = gpu_ops::DType::kBFloat16;
   } else if (dtype != "float32") {
-    problem.fast_dtypes = false;  // the seed's kernels
+    problem.fast_dtypes = false;  // the general kernels
   }
   return problem;
 }
