@@ -167,6 +167,11 @@ def test_the_described_h100_plans_as_this_hopper_gpu_does():
         for direction in ("forward", "backward"):
             here = kernel_plan(direction, shape, dtype)["path"]
             assert here == kernel_plan(direction, shape, dtype, H100)["path"], (shape, dtype)
+    for shape, dtype, weight_dtype in RESIDUAL_CASES:  # the forward with a residual add
+        here = kernel_plan("forward", shape, dtype, weight_dtype=weight_dtype, residual=True)
+        described = kernel_plan("forward", shape, dtype, H100, weight_dtype=weight_dtype,
+                                residual=True)
+        assert here["path"] == described["path"], (shape, dtype)
 
 
 def run_path_cases(environment, tests):
