@@ -13,8 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from gpu_ops import float8
-from gpu_ops.api import (IMPLEMENTATIONS, WITH_RESIDUAL, _with_pallas_kernels,
-                         checked_operands, on_their_devices)
+from gpu_ops.api import IMPLEMENTATIONS, WITH_RESIDUAL, checked_operands, on_their_devices
 from gpu_ops.autodiff import rms_norm_residual_through_fp8_vjp, rms_norm_through_fp8_vjp
 from gpu_ops.primitives import rms_norm_fp8_fwd_p
 from gpu_ops.validation import check_float8_weight
@@ -52,17 +51,17 @@ def _as_tuple(result):
     return result if isinstance(result, tuple) else (result,)
 
 
-_PLAIN = {"primitives": None, "hijax": IMPLEMENTATIONS["hijax"],
-          "pallas": _with_pallas_kernels}
 #: By implementation, and by whether a residual is added (the number of
-#: operands): the forward quantised to float8, and y read back from it.
-FP8 = {name: {2: _from_primitive if plain is None else _quantising(plain),
-              3: _from_primitive if plain is None else _quantising(WITH_RESIDUAL[name])}
-       for name, plain in _PLAIN.items()}
-THROUGH_FP8 = {name: {2: rms_norm_through_fp8_vjp if plain is None else _straight_through(plain),
-                      3: rms_norm_residual_through_fp8_vjp if plain is None
-                      else _straight_through(WITH_RESIDUAL[name])}
-               for name, plain in _PLAIN.items()}
+#: operands): the forward quantised to float8, and y read back from it. The
+#: FFI handlers quantise in the kernel; the HiJAX and Pallas routes' y is
+#: quantised by jnp.
+FP8 = {"primitives": {2: _from_primitive, 3: _from_primitive},
+       **{name: {2: _quantising(IMPLEMENTATIONS[name]), 3: _quantising(WITH_RESIDUAL[name])}
+          for name in ("hijax", "pallas")}}
+THROUGH_FP8 = {"primitives": {2: rms_norm_through_fp8_vjp, 3: rms_norm_residual_through_fp8_vjp},
+               **{name: {2: _straight_through(IMPLEMENTATIONS[name]),
+                         3: _straight_through(WITH_RESIDUAL[name])}
+                  for name in ("hijax", "pallas")}}
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -99,8 +98,12 @@ def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, implementation="primitiv
     ``jit``, ``vmap`` and sharding as ``rms_norm`` does.
     """
     operands, eps, name = _checked(x, weight, eps, residual, implementation)
-    return on_their_devices(lambda *ops: _forward_only(name, ops[-1], ops[:-1]),
-                            operands, eps)
+
+    def forward_only(*operands_and_eps):
+        *operands, eps = operands_and_eps
+        return _forward_only(name, eps, tuple(operands))
+
+    return on_their_devices(forward_only, operands, eps)
 
 
 def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None,

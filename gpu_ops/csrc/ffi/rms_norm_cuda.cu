@@ -170,7 +170,7 @@ ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     return err;
   }
   if (g.rows == 0) return ffi::Error::Success();
-  const ResidualForwardBuffers buffers{x, w, residual, *y, *inv_rms, *sum};
+  const ResidualForwardBuffers buffers{x, w, *y, *inv_rms, &residual, &*sum};
   Problem problem{g.rows, g.row_length,
                   FastBuffers(x, w, residual, *y, *inv_rms, *sum),
                   PlanDType(x.element_type()), 0, 0};
@@ -178,9 +178,7 @@ ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   PathSet without = 0;
   if (auto err = PathsLeftOut(&without); err.failure()) return err;
   const Plan plan = PlanForward(problem, CurrentGpu(), without);
-  if (plan.path == Path::kGeneral) {
-    return GeneralForward(stream, {x, w, *y, *inv_rms, &residual, &*sum}, g, eps);
-  }
+  if (plan.path == Path::kGeneral) return GeneralForward(stream, buffers, g, eps);
   return LaunchRowsResidualForward(stream, plan, buffers, g, eps);
 }
 

@@ -44,15 +44,14 @@ const X* AddRow(const X* x, const X* residual, X* sum, int64_t n) {
   return sum;
 }
 
-// With a residual, each row is first x + residual (AddRow).
-template <typename X, typename W>
-void ForwardRows(const X* x, const W* w, W* y, AccumulatorFor<X>* inv_rms,
-                 RowGeometry g, double eps, const X* residual = nullptr,
-                 X* sum = nullptr) {
+// Each row of x, or with a residual of x + residual (AddRow): its inverse
+// RMS into inv_rms, then write(r, row, inv) writes its output.
+template <typename X, typename Write>
+void ForwardRows(const X* x, AccumulatorFor<X>* inv_rms, RowGeometry g,
+                 double eps, const X* residual, X* sum, Write write) {
   const int64_t n = g.row_length;
   for (int64_t r = 0; r < g.rows; ++r) {
     const X* x_row = x + r * n;
-    W* y_row = y + r * n;
     if (residual != nullptr) {
       x_row = AddRow(x_row, residual + r * n, sum + r * n, n);
     }
@@ -61,52 +60,60 @@ void ForwardRows(const X* x, const W* w, W* y, AccumulatorFor<X>* inv_rms,
       return v * v;
     });
     const double inv = 1.0 / std::sqrt(sum_squares / double(n) + eps);
-    for (int64_t c = 0; c < n; ++c) {
-      y_row[c] = Store<W>::From(Load<double>(w[c]) * (inv * Load<double>(x_row[c])));
-    }
     inv_rms[r] = static_cast<AccumulatorFor<X>>(inv);
+    write(r, x_row, inv);
   }
 }
+
+// The outputs ForwardRows writes: each makes, for the element types of x
+// and the weight, the function that writes a row.
+
+// y = w * (inv * x), in the weight's dtype.
+struct NormalisedRows {
+  ffi::AnyBuffer& y;
+
+  template <typename X, typename W>
+  auto For(const W* w, int64_t n) const {
+    W* out = static_cast<W*>(y.untyped_data());
+    return [=](int64_t r, const X* row, double inv) {
+      for (int64_t c = 0; c < n; ++c) {
+        out[r * n + c] = Store<W>::From(Load<double>(w[c]) * (inv * Load<double>(row[c])));
+      }
+    };
+  }
+};
 
 // y quantised to float8_e4m3fn in groups of kFloat8Group values of a row:
 // each group's scale is its largest |y| over 448 (1 for a group of zeros),
 // and its values are y / scale, rounded (float8_e4m3.h).
-// With a residual, of the rows of x + residual, as ForwardRows.
-template <typename X, typename W>
-void QuantisedForwardRows(const X* x, const W* w, uint8_t* values,
-                          float* scales, AccumulatorFor<X>* inv_rms,
-                          RowGeometry g, double eps, const X* residual,
-                          X* sum) {
-  const int64_t n = g.row_length;
-  const int64_t groups = n / kFloat8Group;
-  std::vector<double> y(kFloat8Group);
-  for (int64_t r = 0; r < g.rows; ++r) {
-    const X* x_row = x + r * n;
-    if (residual != nullptr) {
-      x_row = AddRow(x_row, residual + r * n, sum + r * n, n);
-    }
-    const double sum_squares = PairwiseSum(0, n, [&](int64_t c) {
-      const double v = Load<double>(x_row[c]);
-      return v * v;
-    });
-    const double inv = 1.0 / std::sqrt(sum_squares / double(n) + eps);
-    inv_rms[r] = static_cast<AccumulatorFor<X>>(inv);
-    for (int64_t group = 0; group < groups; ++group) {
-      const int64_t first = group * kFloat8Group;
-      double largest = 0;
-      for (int64_t k = 0; k < kFloat8Group; ++k) {
-        y[k] = Load<double>(w[first + k]) * (inv * Load<double>(x_row[first + k]));
-        largest = std::max(largest, std::fabs(y[k]));
+struct QuantisedRows {
+  ffi::AnyBuffer& values;
+  ffi::AnyBuffer& scales;
+
+  template <typename X, typename W>
+  auto For(const W* w, int64_t n) const {
+    uint8_t* out = static_cast<uint8_t*>(values.untyped_data());
+    float* out_scales = static_cast<float*>(scales.untyped_data());
+    return [=](int64_t r, const X* row, double inv) {
+      const int64_t groups = n / kFloat8Group;
+      double y[kFloat8Group];
+      for (int64_t group = 0; group < groups; ++group) {
+        const int64_t first = group * kFloat8Group;
+        double largest = 0;
+        for (int64_t k = 0; k < kFloat8Group; ++k) {
+          y[k] = Load<double>(w[first + k]) * (inv * Load<double>(row[first + k]));
+          largest = std::max(largest, std::fabs(y[k]));
+        }
+        const float scale =
+            largest > 0 ? static_cast<float>(largest / kFloat8E4M3Max) : 1.0f;
+        out_scales[r * groups + group] = scale;
+        for (int64_t k = 0; k < kFloat8Group; ++k) {
+          out[r * n + first + k] = ToFloat8E4M3(y[k] / scale);
+        }
       }
-      const float scale =
-          largest > 0 ? static_cast<float>(largest / kFloat8E4M3Max) : 1.0f;
-      scales[r * groups + group] = scale;
-      for (int64_t k = 0; k < kFloat8Group; ++k) {
-        values[r * n + first + k] = ToFloat8E4M3(y[k] / scale);
-      }
-    }
+    };
   }
-}
+};
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv
 //
@@ -159,22 +166,23 @@ ffi::Error DispatchCpu(ffi::DataType x_type, ffi::DataType w_type, Fn&& fn) {
   return DispatchFloatPair<Float16Bits, BFloat16Bits>(x_type, w_type, fn);
 }
 
-// The forward on x's rows, or with a residual (residual and sum not null)
-// on the rows of x + residual.
+// The forward of x (or, where residual and sum are given, of x + residual)
+// into `output` (NormalisedRows or QuantisedRows).
+template <typename Output>
 ffi::Error ForwardOnRows(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
-                         ffi::AnyBuffer& y, ffi::AnyBuffer& inv_rms,
-                         RowGeometry g, double eps,
+                         ffi::AnyBuffer& inv_rms, RowGeometry g, double eps,
+                         const Output& output,
                          const ffi::AnyBuffer* residual = nullptr,
                          ffi::AnyBuffer* sum = nullptr) {
   return DispatchCpu(x.element_type(), w.element_type(), [&](auto xt, auto wt) {
     using X = typename decltype(xt)::type;
     using W = typename decltype(wt)::type;
     ForwardRows(static_cast<const X*>(x.untyped_data()),
-                static_cast<const W*>(w.untyped_data()),
-                static_cast<W*>(y.untyped_data()),
                 static_cast<AccumulatorFor<X>*>(inv_rms.untyped_data()), g, eps,
                 residual ? static_cast<const X*>(residual->untyped_data()) : nullptr,
-                sum ? static_cast<X*>(sum->untyped_data()) : nullptr);
+                sum ? static_cast<X*>(sum->untyped_data()) : nullptr,
+                output.template For<X>(static_cast<const W*>(w.untyped_data()),
+                                       g.row_length));
     return ffi::Error::Success();
   });
 }
@@ -187,7 +195,7 @@ ffi::Error ForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
       err.failure()) {
     return err;
   }
-  return ForwardOnRows(x, w, *y, *inv_rms, g, eps);
+  return ForwardOnRows(x, w, *inv_rms, g, eps, NormalisedRows{*y});
 }
 
 ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
@@ -201,31 +209,8 @@ ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
       err.failure()) {
     return err;
   }
-  return ForwardOnRows(x, w, *y, *inv_rms, g, eps, &residual, &*sum);
-}
-
-// The quantised forward, with a residual where residual and sum are given.
-ffi::Error QuantisedForwardOnRows(const ffi::AnyBuffer& x,
-                                  const ffi::AnyBuffer& w,
-                                  ffi::AnyBuffer& values,
-                                  ffi::AnyBuffer& inv_rms,
-                                  ffi::AnyBuffer& scales, RowGeometry g,
-                                  double eps,
-                                  const ffi::AnyBuffer* residual = nullptr,
-                                  ffi::AnyBuffer* sum = nullptr) {
-  return DispatchCpu(x.element_type(), w.element_type(), [&](auto xt, auto wt) {
-    using X = typename decltype(xt)::type;
-    using W = typename decltype(wt)::type;
-    QuantisedForwardRows(
-        static_cast<const X*>(x.untyped_data()),
-        static_cast<const W*>(w.untyped_data()),
-        static_cast<uint8_t*>(values.untyped_data()),
-        static_cast<float*>(scales.untyped_data()),
-        static_cast<AccumulatorFor<X>*>(inv_rms.untyped_data()), g, eps,
-        residual ? static_cast<const X*>(residual->untyped_data()) : nullptr,
-        sum ? static_cast<X*>(sum->untyped_data()) : nullptr);
-    return ffi::Error::Success();
-  });
+  return ForwardOnRows(x, w, *inv_rms, g, eps, NormalisedRows{*y}, &residual,
+                       &*sum);
 }
 
 ffi::Error QuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
@@ -238,7 +223,7 @@ ffi::Error QuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
       err.failure()) {
     return err;
   }
-  return QuantisedForwardOnRows(x, w, *values, *inv_rms, *scales, g, eps);
+  return ForwardOnRows(x, w, *inv_rms, g, eps, QuantisedRows{*values, *scales});
 }
 
 ffi::Error ResidualQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
@@ -254,8 +239,8 @@ ffi::Error ResidualQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
       err.failure()) {
     return err;
   }
-  return QuantisedForwardOnRows(x, w, *values, *inv_rms, *scales, g, eps,
-                                &residual, &*sum);
+  return ForwardOnRows(x, w, *inv_rms, g, eps, QuantisedRows{*values, *scales},
+                       &residual, &*sum);
 }
 
 ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,

@@ -38,24 +38,19 @@ struct BackwardBuffers {
   ffi::AnyBuffer chunk_sums;         // scratch: float32 (ChunkSumsLength)
 };
 
-// The general forward; with a residual add where `residual` and `sum`
-// (x + residual, a result) are given.
-struct GeneralForwardBuffers {
+// A forward's operands and results; with a residual add where `residual`
+// and `sum` (x + residual, a result) are given.
+struct ResidualForwardBuffers {
   ffi::AnyBuffer x, w;        // inputs
   ffi::AnyBuffer y, inv_rms;  // results
   const ffi::AnyBuffer* residual = nullptr;
   const ffi::AnyBuffer* sum = nullptr;
 };
 
-ffi::Error GeneralForward(cudaStream_t stream, const GeneralForwardBuffers& b,
+ffi::Error GeneralForward(cudaStream_t stream, const ResidualForwardBuffers& b,
                           RowGeometry g, double eps);
 ffi::Error GeneralBackward(cudaStream_t stream, const BackwardBuffers& b,
                            RowGeometry g);
-
-struct ResidualForwardBuffers {
-  ffi::AnyBuffer x, w, residual;   // inputs
-  ffi::AnyBuffer y, inv_rms, sum;  // results; sum = x + residual
-};
 
 // kFewRows and kRowsPerBlock with a residual add.
 ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,

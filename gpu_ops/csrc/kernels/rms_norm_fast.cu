@@ -155,12 +155,16 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
 // threads, 3 of 512, where 64 registers (float32's cap, that of blocks of
 // 1024 threads) let it hold 16, 4 and 2: more blocks per SM, more loads in
 // flight. Element's reads of 16-bit values are what keep it within 40.
-template <typename T, int kVectors, int kRows>
+// With kResidual (a residual add), the residual's vectors are in flight
+// beside x's (so half the rows a block: RowsPerBlock), and each row becomes
+// x + residual, rounded to T, stored in `sum` and normalised from registers.
+template <typename T, int kVectors, int kRows, bool kResidual = false>
 __global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
     FastForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
                       T* __restrict__ y, float* __restrict__ inv_rms,
                       int64_t rows, int row_vectors, float inv_row_length,
-                      float eps) {
+                      float eps, const T* __restrict__ residual,
+                      T* __restrict__ sum) {
   using P = Pack<T>;
   __shared__ float warp_sums[kRows][kMaxThreads / kWarpSize];
   const Place at{0, 0, static_cast<int>(threadIdx.x),
@@ -168,50 +172,27 @@ __global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
   const int64_t first = int64_t{blockIdx.x} * kRows;
   P xv[kRows][kVectors];
   LoadRows(reinterpret_cast<const P*>(x), first, rows, row_vectors, at, xv);
-  P wv[kVectors];
-  LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
-  NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, inv_row_length,
-                eps, reinterpret_cast<P*>(y), inv_rms, at);
-}
-// [forward-kernel-end]
-
-// The forward with a residual add, of rows a block holds: as
-// FastForwardKernel, with x's and the residual's vectors in flight together
-// (so half its rows a block: RowsPerBlock), their sum rounded to T, stored,
-// and normalised from registers.
-template <typename T, int kVectors, int kRows>
-__global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
-    FastResidualForwardKernel(const T* __restrict__ x,
-                              const T* __restrict__ residual,
-                              const T* __restrict__ w, T* __restrict__ y,
-                              float* __restrict__ inv_rms, T* __restrict__ sum,
-                              int64_t rows, int row_vectors,
-                              float inv_row_length, float eps) {
-  using P = Pack<T>;
-  __shared__ float warp_sums[kRows][kMaxThreads / kWarpSize];
-  const Place at{0, 0, static_cast<int>(threadIdx.x),
-                 static_cast<int>(blockDim.x)};
-  const int64_t first = int64_t{blockIdx.x} * kRows;
-  P xv[kRows][kVectors];
-  P rv[kRows][kVectors];
-  LoadRows(reinterpret_cast<const P*>(x), first, rows, row_vectors, at, xv);
-  LoadRows(reinterpret_cast<const P*>(residual), first, rows, row_vectors, at,
-           rv);
+  if constexpr (kResidual) {
+    P rv[kRows][kVectors];
+    LoadRows(reinterpret_cast<const P*>(residual), first, rows, row_vectors, at,
+             rv);
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-    for (int k = 0; k < kVectors; ++k) {
-      P total;
+      for (int k = 0; k < kVectors; ++k) {
+        P total;
 #pragma unroll
-      for (int e = 0; e < P::kSize; ++e) {
-        total.v[e] = Storage<T>::From(Element(xv[r][k], e) + Element(rv[r][k], e));
+        for (int e = 0; e < P::kSize; ++e) {
+          total.v[e] =
+              Storage<T>::From(Element(xv[r][k], e) + Element(rv[r][k], e));
+        }
+        xv[r][k] = total;
       }
-      xv[r][k] = total;
-    }
-    if (first + r < rows) {
-      StoreVectors<kVectors>(reinterpret_cast<P*>(sum) + (first + r) * row_vectors,
-                             row_vectors, at,
-                             [&](int k, int e) { return Element(xv[r][k], e); });
+      if (first + r < rows) {
+        StoreVectors<kVectors>(
+            reinterpret_cast<P*>(sum) + (first + r) * row_vectors, row_vectors,
+            at, [&](int k, int e) { return Element(xv[r][k], e); });
+      }
     }
   }
   P wv[kVectors];
@@ -219,6 +200,7 @@ __global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
   NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, inv_row_length,
                 eps, reinterpret_cast<P*>(y), inv_rms, at);
 }
+// [forward-kernel-end]
 
 // The forward of one row per block, for blocks of more than 512 threads
 // (16-bit rows of 16,384). FastForwardKernel's two rows of 1024 threads take
@@ -540,7 +522,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
     if (plan.path == Path::kFewRows) {
       return Launch(stream, FastForwardKernel<T, 1, 1>, shape, plan.groups, 0,
                     what, x, w, y, inv_rms, g.rows, row_vectors,
-                    Reciprocal(g.row_length), epsilon);
+                    Reciprocal(g.row_length), epsilon, nullptr, nullptr);
     }
     return DispatchVectors<kForwardVectors<T>>(
         shape.vectors, [&](auto vectors) -> ffi::Error {
@@ -560,7 +542,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
             FastForwardKernel<T, kVectors, kRows>
                 <<<blocks, shape.team, 0, stream>>>(
                     x, w, y, inv_rms, g.rows, row_vectors,
-                    Reciprocal(g.row_length), epsilon);
+                    Reciprocal(g.row_length), epsilon, nullptr, nullptr);
             return CheckLaunch(what);
           } else if (plan.path == Path::kRowTeams) {
             return ForCluster(
@@ -618,18 +600,18 @@ ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
     using T = typename decltype(tag)::type;
     const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
     const T* x = static_cast<const T*>(b.x.untyped_data());
-    const T* residual = static_cast<const T*>(b.residual.untyped_data());
     const T* w = static_cast<const T*>(b.w.untyped_data());
     T* y = static_cast<T*>(b.y.untyped_data());
     float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
-    T* sum = static_cast<T*>(b.sum.untyped_data());
+    const T* residual = static_cast<const T*>(b.residual->untyped_data());
+    T* sum = static_cast<T*>(b.sum->untyped_data());
     const float inv_row_length = Reciprocal(g.row_length);
     const float epsilon = static_cast<float>(eps);
     const char* what = "launching the residual forward kernel";
     if (plan.path == Path::kFewRows) {
-      return Launch(stream, FastResidualForwardKernel<T, 1, 1>, plan.shape,
-                    plan.groups, 0, what, x, residual, w, y, inv_rms, sum,
-                    g.rows, row_vectors, inv_row_length, epsilon);
+      return Launch(stream, FastForwardKernel<T, 1, 1, true>, plan.shape,
+                    plan.groups, 0, what, x, w, y, inv_rms, g.rows, row_vectors,
+                    inv_row_length, epsilon, residual, sum);
     }
     return DispatchVectors<kForwardVectors<T>>(
         plan.shape.vectors, [&](auto vectors) -> ffi::Error {
@@ -640,10 +622,10 @@ ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
                 std::string("gpu_ops rms_norm: the residual forward cannot run "
                             "plan ") + PathName(plan.path));
           }
-          FastResidualForwardKernel<T, kVectors, kRows>
+          FastForwardKernel<T, kVectors, kRows, true>
               <<<static_cast<unsigned>(plan.groups), plan.shape.team, 0,
-                 stream>>>(x, residual, w, y, inv_rms, sum, g.rows,
-                           row_vectors, inv_row_length, epsilon);
+                 stream>>>(x, w, y, inv_rms, g.rows, row_vectors,
+                           inv_row_length, epsilon, residual, sum);
           return CheckLaunch(what);
         });
   });

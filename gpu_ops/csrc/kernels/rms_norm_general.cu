@@ -138,7 +138,7 @@ int GeneralThreads(int64_t row_length) {
 
 }  // namespace
 
-ffi::Error GeneralForward(cudaStream_t stream, const GeneralForwardBuffers& b,
+ffi::Error GeneralForward(cudaStream_t stream, const ResidualForwardBuffers& b,
                           RowGeometry g, double eps) {
   const unsigned blocks = GridSize(g.rows, kMaxGrid);
   const int threads = GeneralThreads(g.row_length);
