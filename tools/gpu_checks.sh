@@ -8,7 +8,8 @@
 # the build): GPU_CHECKS_STEPS chooses among "tests" (the build and the test
 # suite), "chapters" and "sanitizers" (default: all three, in that order), and
 # GPU_CHECKS_SANITIZERS="memcheck racecheck" runs only those tools (default:
-# all four; the sanitizer log is appended to).
+# all four; the sanitizer log is appended to). GPU_CHECKS_CLEAN=0 keeps the build
+# of an earlier call on the same machine instead of building from a clean tree.
 # GPU machines have no jupyter-book, so the book build and its tests are skipped;
 # the Python packages the tests and chapters need beyond the machine's own
 # come as wheels in .whl/ (tools/gpu_wheels.sh).
@@ -36,7 +37,7 @@ fi
 steps=" ${GPU_CHECKS_STEPS:-tests chapters sanitizers} "
 tests_status=0 chapters_status=0 sanitizer_status=0
 if [[ $steps == *" tests "* ]]; then
-  rm -rf build
+  [ "${GPU_CHECKS_CLEAN:-1}" = 0 ] || rm -rf build
   # The property test draws many more cases here than in CI; the seed's
   # kernels, the benchmarks' baseline, are built too (a test runs them).
   GPU_OPS_HYPOTHESIS_PROFILE=${GPU_OPS_HYPOTHESIS_PROFILE:-long} GPU_OPS_APEX_SEED=1 \
