@@ -177,10 +177,12 @@ def test_the_described_h100_plans_as_this_hopper_gpu_does():
 def run_path_cases(environment, tests):
     """Runs `tests` of this file's path cases in a fresh process with
     `environment` added: XLA replays recorded calls without asking the
-    handlers again, so a plan setting needs a process of its own."""
+    handlers again, so a plan setting needs a process of its own. The outer
+    run's PYTEST_ADDOPTS stay out: this process chooses its own tests."""
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-         "-k", tests], env={**os.environ, **environment}, capture_output=True, text=True,
+         "-k", tests], env={**inherited, **environment}, capture_output=True, text=True,
         cwd=pathlib.Path(__file__).parent)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "skipped" not in result.stdout
