@@ -178,8 +178,11 @@ def run_path_cases(environment, tests):
     """Runs `tests` of this file's path cases in a fresh process with
     `environment` added: XLA replays recorded calls without asking the
     handlers again, so a plan setting needs a process of its own. The outer
-    run's PYTEST_ADDOPTS stay out: this process chooses its own tests."""
+    run's PYTEST_ADDOPTS stay out: this process chooses its own tests. It
+    allocates as it goes, since this process already holds most of the GPU's
+    memory (XLA preallocates it)."""
     inherited = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    inherited["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
          "-k", tests], env={**inherited, **environment}, capture_output=True, text=True,
