@@ -23,7 +23,8 @@ TESTS = """==> Running the test suite
 ....F...x [100%]
 FAILED tests/test_gpu.py::test_a[primitives] - AssertionError
 FAILED tests/test_gpu.py::test_b[primitives] - AssertionError
-2 failed, 312 passed, 3 skipped, 608 deselected, 1 xfailed in 437.76s (0:07:17)
+FAILED tests/test_gpu.py::test_c[hijax-(67, 128)-<class 'jax.numpy.bfloat16'>]
+3 failed, 312 passed, 3 skipped, 608 deselected, 1 xfailed in 437.76s (0:07:17)
 """
 SANITIZER = """== compute-sanitizer --tool memcheck --kernel-name kns=gpu_ops
 ========= ERROR SUMMARY: 2 errors
@@ -60,9 +61,10 @@ def test_runs_merge_into_one_summary_without_logs(tmp_path):
     assert summary["machine"]["jax"] == "0.11.2" and summary["machine"]["nvcc"] == "13.0"
     tests_check, nbval, sanitizer = summary["checks"]
     assert tests_check["commit"] == "c36ca84" and tests_check["selection"] == '-k "not hijax"'
-    assert (tests_check["passed"], tests_check["failed"], tests_check["skipped"]) == (312, 2, 3)
-    assert tests_check["failures"] == ["tests/test_gpu.py::test_a[primitives]",
-                                       "tests/test_gpu.py::test_b[primitives]"]
+    assert (tests_check["passed"], tests_check["failed"], tests_check["skipped"]) == (312, 3, 3)
+    assert tests_check["failures"] == [
+        "tests/test_gpu.py::test_a[primitives]", "tests/test_gpu.py::test_b[primitives]",
+        "tests/test_gpu.py::test_c[hijax-(67, 128)-<class 'jax.numpy.bfloat16'>]"]
     assert nbval["commit"] == "1262d16" and nbval["passed"] == 84
     assert sanitizer["tools"] == {"memcheck": {"errors": 2, "exit_status": 99},
                                   "racecheck": {"errors": 0, "exit_status": 0}}

@@ -62,9 +62,51 @@ def test_bandwidths_follow_from_bytes_and_times(path):
         assert 0 < r["copy_gbps"] < 10_000 and r["median_us"] > 0
 
 
+@pytest.mark.parametrize("path", sorted((RESULTS / "benchmarks").glob("training_step_*.json")),
+                         ids=lambda p: p.name)
+def test_a_training_step_file_is_one_run_of_every_norm(path):
+    spec = importlib.util.spec_from_file_location(
+        "training_step_bench", ROOT / "benchmarks" / "training_step_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    records = json.loads(path.read_text())
+    assert [r["norm"] for r in records] == list(bench.NORMS)
+    for key in ("device", "jax_version", "commit", "date", "config", "steps", "repeats"):
+        assert len({json.dumps(r[key]) for r in records}) == 1, key
+    assert path.name == f"training_step_{bench.rms_norm_bench.device_slug(records[0]['device'])}.json"
+    config = records[0]["config"]
+    for r in records:
+        tokens = config["batch"] * config["seq"]
+        assert r["tokens_per_s"] == pytest.approx(tokens / (r["median_ms"] / 1e3), rel=1e-3)
+    # every norm but none at all computes the same model from the same start
+    first_losses = [r["first_loss"] for r in records if r["norm"] != "identity"]
+    assert max(first_losses) == pytest.approx(min(first_losses), rel=1e-4)
+
+
+def test_every_gpu_machine_summary_says_what_ran_where():
+    summaries = sorted((RESULTS / "gpu").glob("*.json"))
+    assert summaries
+    for path in summaries:
+        summary = json.loads(path.read_text())
+        assert summary["machine"]["gpu"].startswith("NVIDIA H"), path
+        assert summary["machine"]["jax"].startswith("0."), path
+        assert summary["checks"], path
+        for check in summary["checks"]:
+            assert re.fullmatch(r"[0-9a-f]{7,40}", check["commit"]), (path, check)
+            assert re.match(r"20\d\d-\d\d-\d\dT", check["date"]), (path, check)
+            assert check["check"] in ("tests", "chapters (nbval)", "compute-sanitizer"), path
+            if check["check"] == "compute-sanitizer":
+                assert check["tools"], (path, check)
+            else:
+                assert check["completed"] and check["passed"] > 0, (path, check)
+                assert len(check["failures"]) == check.get("failed", 0), (path, check)
+
+
 def test_every_gpu_machine_folder_says_what_ran_where():
+    # The folders of logs that predate the summaries, until each machine's
+    # next run replaces its folder with its file.
     folders = sorted(p for p in (RESULTS / "gpu").iterdir() if p.is_dir())
-    assert folders
+    assert not {f.name for f in folders} & {p.stem for p in (RESULTS / "gpu").glob("*.json")}
     for folder in folders:
         environment = (folder / "environment.txt").read_text()
         assert re.search(r"^date: 20\d\d-", environment, re.M), folder

@@ -49,7 +49,8 @@ def pytest_counts(log):
         word = "errors" if word == "error" else word
         if word in COUNTS:
             counts[word] = int(number)
-    counts["failures"] = sorted(set(re.findall(r"^FAILED (\S+)", log, re.M)))
+    # A test's id may hold spaces (its parameters); " - " starts the message.
+    counts["failures"] = sorted(set(re.findall(r"^FAILED (.+?)(?: - .*)?$", log, re.M)))
     return counts
 
 
