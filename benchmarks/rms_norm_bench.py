@@ -89,18 +89,24 @@ CHAIN = 20  # ops per jitted call, at least
 MAX_CHAIN = 200
 MIN_CALL_SECONDS = 1e-3
 MIN_RUN_SECONDS = 20e-3
+#: No op on a GPU takes less: launching a kernel alone costs about this. Below
+#: it, the bytes' time would plan runs of thousands of calls for ops of a few
+#: kilobytes, each timed run lasting seconds instead of MIN_RUN_SECONDS.
+MIN_OP_SECONDS = 1e-6
 
 
 def plan(nbytes, copy_gbps, calls):
     """(ops per jitted call, calls per timed run) for an op moving `nbytes`.
 
-    The op cannot take less than nbytes at the copy bandwidth; the chain and
-    the calls are sized on that lower bound, so they are long enough whatever
-    the op's real speed.
+    The op cannot take less than nbytes at the copy bandwidth, nor less than
+    MIN_OP_SECONDS; the chain and the calls are sized on that lower bound, so
+    they are long enough whatever the op's real speed.
     """
-    fastest = nbytes / (copy_gbps * 1e9)
-    chain = min(MAX_CHAIN, max(CHAIN, math.ceil(MIN_CALL_SECONDS / fastest)))
-    return chain, max(calls, math.ceil(MIN_RUN_SECONDS / (chain * fastest)))
+    fastest = max(MIN_OP_SECONDS, nbytes / (copy_gbps * 1e9))
+    def at_least(ratio):  # the whole number of times, not one more for a rounding error
+        return math.ceil(round(ratio, 9))
+    chain = min(MAX_CHAIN, max(CHAIN, at_least(MIN_CALL_SECONDS / fastest)))
+    return chain, max(calls, at_least(MIN_RUN_SECONDS / (chain * fastest)))
 
 
 def implementations(on_gpu):

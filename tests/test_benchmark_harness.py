@@ -114,18 +114,26 @@ def test_harness_writes_a_partial_run_only_where_told(capsys):
     assert "give --out" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("nbytes", [8 << 20, 64 << 20, 256 << 20, 4 << 30])
+@pytest.mark.parametrize("nbytes", [8 << 10, 8 << 20, 64 << 20, 256 << 20, 4 << 30])
 def test_plan_sizes_chains_and_calls_on_the_fastest_possible_time(nbytes):
     bench = _load("rms_norm_bench")
     copy_gbps = 4000.0
-    fastest = nbytes / (copy_gbps * 1e9)
+    fastest = max(bench.MIN_OP_SECONDS, nbytes / (copy_gbps * 1e9))
     chain, calls = bench.plan(nbytes, copy_gbps, calls=2)
     assert bench.CHAIN <= chain <= bench.MAX_CHAIN and calls >= 2
-    assert chain == bench.MAX_CHAIN or chain * fastest >= bench.MIN_CALL_SECONDS
-    assert calls * chain * fastest >= bench.MIN_RUN_SECONDS
+    assert chain == bench.MAX_CHAIN or chain * fastest >= bench.MIN_CALL_SECONDS * (1 - 1e-9)
+    assert calls * chain * fastest >= bench.MIN_RUN_SECONDS * (1 - 1e-9)
     # the smallest such counts: one op fewer per chain, or one call fewer, falls short
     assert chain == bench.CHAIN or (chain - 1) * fastest < bench.MIN_CALL_SECONDS
     assert calls == 2 or (calls - 1) * chain * fastest < bench.MIN_RUN_SECONDS
+
+
+def test_plan_keeps_the_runs_of_tiny_ops_short():
+    """An op of a few kilobytes still takes a kernel launch: its timed run
+    lasts about MIN_RUN_SECONDS, not thousands of calls."""
+    bench = _load("rms_norm_bench")
+    chain, calls = bench.plan(8 << 10, 3000.0, calls=2)
+    assert chain * calls * bench.MIN_OP_SECONDS <= 2 * bench.MIN_RUN_SECONDS
 
 
 def test_chain_computes_every_steps_weight_gradient():
