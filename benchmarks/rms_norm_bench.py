@@ -2,7 +2,8 @@
 
     python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N] [--row-len N ...]
                                         [--rows N ...] [--dtype NAME ...] [--impl NAME ...]
-                                        [--resume] [--without PATH ...]
+                                        [--case DTYPE ROWS ROW_LEN ...] [--resume]
+                                        [--without PATH ...] [--compare-paths]
 
 Each case is timed on one device, in one run, for each implementation:
 gpu_ops' default (fast) kernels, and on a GPU the seed's apex-derived
@@ -52,6 +53,7 @@ from gpu_ops import kernel_plans
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import apex_seed  # noqa: E402  (benchmarks/apex_seed)
+import path_comparison  # noqa: E402
 
 GPU_CASES = [
     *[(dtype, rows, row_len)
@@ -64,7 +66,7 @@ GPU_CASES = [
 CPU_CASES = [("bfloat16", 256, 1_024), ("float32", 256, 1_024), ("float32", 32, 16_384)]
 #: Cases that together take every kernel path of an H100 (gpu_ops.kernel_plans),
 #: from one row to 64 MB of x: to measure each path against the one the
-#: planner takes without it (--cases paths, with and without --without).
+#: planner takes without it (--compare-paths --cases paths).
 PATH_CASES = [
     ("bfloat16", 1, 4_096), ("bfloat16", 512, 1_024),  # few rows
     ("bfloat16", 16_384, 1_024),  # rows a block holds
@@ -273,12 +275,18 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
                           "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 1),
                           "copy_gbps": round(bandwidth, 1)}
                 if record_plans and name == "gpu_ops":
-                    record["plan"] = {d: kernel_plans.kernel_plan(d, (rows, row_len), dtype)["path"]
-                                      for d in ("forward", "backward")}
+                    record["plan"] = planned_paths((dtype, rows, row_len))
                 records.append(record)
                 out.write_text(json.dumps(records, indent=1) + "\n")
                 print(record_line(record), flush=True)
     return records
+
+
+def planned_paths(case):
+    """{direction: kernel path} of a case on this GPU."""
+    dtype, rows, row_len = case
+    return {d: kernel_plans.kernel_plan(d, (rows, row_len), dtype)["path"]
+            for d in kernel_plans.DIRECTIONS}
 
 
 def record_line(r, decimals=1):
@@ -335,6 +343,13 @@ def main(argv=None):
                              "(GPU_OPS_PLAN_WITHOUT; gpu_ops.kernel_plans.PATHS): to measure a "
                              "path against the one that takes its rows otherwise (a partial "
                              "run, not a results file)")
+    parser.add_argument("--case", action="append", nargs=3,
+                        metavar=("DTYPE", "ROWS", "ROW_LEN"),
+                        help="only this case (repeatable; a partial run)")
+    parser.add_argument("--compare-paths", action="store_true",
+                        help="time each kernel path against the one the planner takes without "
+                             "it, over the cases that take it (path_comparison.py; on a GPU, "
+                             "with --out)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the whole cases already in the output file and measure the "
                              "rest (a full run can outlast one call to a GPU machine)")
@@ -351,18 +366,33 @@ def main(argv=None):
                          f"left out, {kernel_plans.PATHS[:-1]}")
         # Before anything runs: the handlers read it when they plan a call.
         os.environ["GPU_OPS_PLAN_WITHOUT"] = ",".join(args.without)
+    if args.compare_paths:
+        if not args.out or args.without or args.impl:
+            parser.error("--compare-paths chooses the paths and implementations itself: give "
+                         "--out, and neither --without nor --impl")
+        # Its runs are processes of their own, which need the GPU's memory.
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     on_gpu = jax.default_backend() == "gpu"
-    if on_gpu and "apex_seed" in (args.impl or ["apex_seed"]) and not apex_seed.built():
+    if (on_gpu and not args.compare_paths and "apex_seed" in (args.impl or ["apex_seed"])
+            and not apex_seed.built()):
         parser.error("the seed's kernels, the baseline, are not built: GPU_OPS_APEX_SEED=1 "
                      "./build.sh (or leave them out with --impl)")
     if not on_gpu:
         print("No GPU: running small CPU cases to show the method (not the kernels' speed).")
-    if args.cases == "paths" and not (on_gpu and args.out):
-        parser.error("--cases paths times the kernel paths of a GPU: run it on one, with --out")
+    if (args.cases == "paths" or args.compare_paths) and not (on_gpu and args.out):
+        parser.error("--cases paths and --compare-paths time the kernel paths of a GPU: run "
+                     "them on one, with --out")
     cases = PATH_CASES if args.cases == "paths" else GPU_CASES if on_gpu else CPU_CASES
     for wanted, index in ((args.dtype, 0), (args.rows, 1), (args.row_len, 2)):
         if wanted:
             cases = [case for case in cases if case[index] in wanted]
+    if args.case:
+        asked = {(dtype, int(rows), int(row_len)) for dtype, rows, row_len in args.case}
+        cases = [case for case in cases if case in asked]
+    if args.compare_paths:
+        timing = ["--repeats", str(args.repeats), "--calls", str(args.calls)]
+        path_comparison.compare_paths(args.cases, cases, args.out, timing, planned_paths)
+        return
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
     out = args.out or (RESULTS / f"{device_slug(jax.devices()[0].device_kind)}.json")
     done = []
@@ -370,8 +400,9 @@ def main(argv=None):
         impls = args.impl or list(implementations(on_gpu))
         done = finished_cases(json.loads(out.read_text()), impls)
         print(f"resuming: {len(done)} records of whole cases kept from {out}")
+    partial_run = bool(args.cases == "paths" or args.without or args.impl or args.case)
     records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl, done,
-                  record_plans=on_gpu and (args.cases == "paths" or bool(args.without)))
+                  record_plans=on_gpu and partial_run)
     print(f"wrote {len(records)} records to {out}")
 
 

@@ -9,6 +9,8 @@ import jax
 import numpy as np
 import pytest
 
+from gpu_ops.kernel_plans import H100, PATHS, kernel_plan
+
 BENCHMARKS = pathlib.Path(__file__).parents[1] / "benchmarks"
 FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "rows",
           "row_len", "median_us", "bytes", "gbps", "copy_gbps"}
@@ -86,8 +88,6 @@ def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys, monkeypatch)
 
 
 def test_the_path_cases_take_every_kernel_path_of_an_h100():
-    from gpu_ops.kernel_plans import H100, PATHS, kernel_plan
-
     bench = _load("rms_norm_bench")
     taken = {direction: {kernel_plan(direction, (rows, row_len), dtype, H100)["path"]
                          for dtype, rows, row_len in bench.PATH_CASES}
@@ -99,11 +99,13 @@ def test_the_path_cases_take_every_kernel_path_of_an_h100():
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="runs where there is no GPU")
-def test_path_cases_need_a_gpu(capsys):
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the check is of a CPU")
+@pytest.mark.parametrize("option", [["--cases", "paths"], ["--compare-paths"]])
+def test_path_runs_need_a_gpu(capsys, option):
     bench = _load("rms_norm_bench")
     with pytest.raises(SystemExit):
-        bench.main(["--cases", "paths", "--out", "/dev/null"])
-    assert "run it on one" in capsys.readouterr().err
+        bench.main([*option, "--out", "/dev/null"])
+    assert "time the kernel paths of a GPU" in capsys.readouterr().err
 
 
 def test_harness_writes_a_partial_run_only_where_told(capsys):
@@ -229,3 +231,57 @@ def test_the_seeds_kernels_are_the_baseline(dtype, row_length):
     reference.check_op(jax.jit(apex_seed.rms_norm_apex_seed), x, weight, dy)
     hlo = jax.jit(apex_seed.rms_norm_apex_seed).lower(x, weight).compile().as_text()
     assert 'custom_call_target="gpu_ops_rms_norm_fwd_apex_seed"' in hlo
+
+
+def test_each_path_is_compared_over_the_cases_that_take_it():
+    bench = _load("rms_norm_bench")
+    comparison = _load("path_comparison")
+
+    def plan_on_h100(case):
+        dtype, rows, row_len = case
+        return {d: kernel_plan(d, (rows, row_len), dtype, H100)["path"]
+                for d in ("forward", "backward")}
+
+    taken = {path: comparison.cases_taking(path, bench.PATH_CASES, plan_on_h100)
+             for path in comparison.leavable_paths()}
+    assert "general" not in taken
+    # the path cases take every path that can be left out, each at least once
+    assert all(taken.values()), taken
+    for path, cases in taken.items():
+        for case in bench.PATH_CASES:
+            assert (case in cases) == (path in plan_on_h100(case).values())
+
+
+def test_a_comparison_row_says_what_leaving_a_path_out_costs():
+    comparison = _load("path_comparison")
+    case = {"dtype": "bfloat16", "rows": 128, "row_len": 262_144}
+    plan = {"forward": "shared_row", "backward": "split_rows"}
+    with_every_path = [{**case, "op": "fwd", "impl": "gpu_ops", "median_us": 50.0, "plan": plan},
+                       {**case, "op": "fwd", "impl": "xla", "median_us": 80.0}]
+    without = {"shared_row": [{**case, "op": "fwd", "impl": "gpu_ops", "median_us": 70.0,
+                               "plan": {**plan, "forward": "split_rows"}}]}
+    (row,) = comparison.comparison(with_every_path, without)
+    assert row["left_out"] == "shared_row" and row["gain"] == pytest.approx(0.4)
+    assert (row["with_us"], row["without_us"], row["xla_us"]) == (50.0, 70.0, 80.0)
+    assert row["plan_without"]["forward"] == "split_rows"
+    assert "shared_row" in comparison.row_line(row) and "+40.0%" in comparison.row_line(row)
+
+
+def test_compare_paths_needs_an_output_file_and_chooses_its_own_runs(capsys):
+    bench = _load("rms_norm_bench")
+    for extra in ([], ["--out", "x.json", "--impl", "gpu_ops"],
+                  ["--out", "x.json", "--without", "few_rows"]):
+        with pytest.raises(SystemExit):
+            bench.main(["--compare-paths", *extra])
+        assert "--compare-paths" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
+def test_a_run_of_one_case(tmp_path):
+    bench = _load("rms_norm_bench")
+    out = tmp_path / "results.json"
+    dtype, rows, row_len = bench.CPU_CASES[-1]
+    bench.main(["--out", str(out), "--repeats", "1", "--calls", "1",
+                "--case", dtype, str(rows), str(row_len)])
+    records = json.loads(out.read_text())
+    assert {(r["dtype"], r["rows"], r["row_len"]) for r in records} == {(dtype, rows, row_len)}
