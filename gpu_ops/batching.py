@@ -1,9 +1,9 @@
 """vmap rules for the RMS norm primitives.
 
 A batch axis of x is just one more leading (row) axis, so the forward moves it
-to the front and runs once (with a residual operand, moved alike; whichever
-of x and the residual has no batch axis is broadcast along it). Two cases
-cannot be folded into rows:
+to the front and runs once (with a residual operand, or a scale per row,
+moved alike; whichever of them has no batch axis is broadcast along it). Two
+cases cannot be folded into rows:
 
 - a batched weight: each example has its own weight, so the op runs once per
   example (``lax.map``);
@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import batching
 
-from gpu_ops.primitives import rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fwd_p
+from gpu_ops.primitives import (rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
+                                rms_norm_fwd_p)
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,16 +59,15 @@ def _at_front(array, dim, size):
 
 
 def _forward_batching(primitive):
-    """The vmap rule of a forward primitive of (x, weight, *residual)."""
+    """The vmap rule of a forward primitive of (x, weight, *rest): every operand
+    but the weight (a residual, a scale per row) has x's leading axes."""
     def rule(args, dims, **params):
-        x, weight, *residual = args
-        x_dim, weight_dim, *residual_dims = dims
-        if weight_dim is not None:
+        if dims[1] is not None:  # the weight
             return _once_per_example(primitive, args, dims, **params)
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        like_x = [_at_front(a, d, size)
-                  for a, d in zip([x, *residual], [x_dim, *residual_dims])]
-        outputs = primitive.bind(like_x[0], weight, *like_x[1:], **params)
+        moved = [a if i == 1 else _at_front(a, d, size)
+                 for i, (a, d) in enumerate(zip(args, dims))]
+        outputs = primitive.bind(*moved, **params)
         return outputs, [0] * len(outputs)
     return rule
 
@@ -78,4 +78,6 @@ def _backward_batching(args, dims, **params):
 
 batching.primitive_batchers[rms_norm_fwd_p] = _forward_batching(rms_norm_fwd_p)
 batching.primitive_batchers[rms_norm_fp8_fwd_p] = _forward_batching(rms_norm_fp8_fwd_p)
+batching.primitive_batchers[rms_norm_fp8_scaled_fwd_p] = _forward_batching(
+    rms_norm_fp8_scaled_fwd_p)
 batching.primitive_batchers[rms_norm_bwd_p] = _backward_batching

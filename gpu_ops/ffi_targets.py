@@ -15,6 +15,8 @@ FORWARD_TARGET = "gpu_ops_rms_norm_fwd"
 RESIDUAL_FORWARD_TARGET = "gpu_ops_rms_norm_residual_fwd"
 FP8_FORWARD_TARGET = "gpu_ops_rms_norm_fp8_fwd"
 RESIDUAL_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_residual_fp8_fwd"
+SCALED_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_fp8_scaled_fwd"
+RESIDUAL_SCALED_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_residual_fp8_scaled_fwd"
 BACKWARD_TARGET = "gpu_ops_rms_norm_bwd"
 
 #: Whether the CUDA kernels were compiled into this build of gpu_ops.

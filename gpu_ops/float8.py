@@ -7,6 +7,11 @@ finite value (1 for a group of zeros), and its values are the group divided
 by the scale, rounded to the nearest float8_e4m3fn value: a value v reads
 back as ``float(q) * scale``, within half a float8 step of v (a relative
 2**-4 for normal values).
+
+With a scale given for the whole tensor (delayed scaling: the scale comes
+from the largest magnitudes of earlier steps), every value is divided by it
+and rounded, saturating at +-448, and the tensor's own largest magnitude is
+returned for the next step's scale: :func:`quantize_with`.
 """
 
 import jax.numpy as jnp
@@ -33,3 +38,16 @@ def dequantize(values, scales, dtype=jnp.float32):
     """The values that (values, scales) stand for, in `dtype`."""
     groups = _grouped(values.astype(jnp.float32)) * scales[..., None]
     return groups.reshape(values.shape).astype(dtype)
+
+
+def group_largest(y):
+    """The largest magnitude of each group of y, in float32."""
+    return jnp.max(jnp.abs(_grouped(y.astype(jnp.float32))), axis=-1)
+
+
+def quantize_with(y, scale):
+    """(values, amax) of y quantised with one given float32 `scale`: y / scale
+    rounded to float8_e4m3fn (saturating at +-448), and y's largest magnitude."""
+    y32 = y.astype(jnp.float32)
+    values = jnp.clip(y32 / scale, -FLOAT8_MAX, FLOAT8_MAX).astype(jnp.float8_e4m3fn)
+    return values, jnp.max(jnp.abs(y32))

@@ -16,12 +16,15 @@ from jax.interpreters import mlir
 
 from gpu_ops import ffi_targets, pallas_kernels
 from gpu_ops.primitives import (rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
-                                rms_norm_fwd_shard_p)
+                                rms_norm_fp8_scaled_fwd_shard_p, rms_norm_fwd_shard_p)
 
 _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
 _residual_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FORWARD_TARGET)
 _fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.FP8_FORWARD_TARGET)
 _residual_fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FP8_FORWARD_TARGET)
+_scaled_fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.SCALED_FP8_FORWARD_TARGET)
+_residual_scaled_fp8_forward_call = jax.ffi.ffi_lowering(
+    ffi_targets.RESIDUAL_SCALED_FP8_FORWARD_TARGET)
 _backward_call = jax.ffi.ffi_lowering(ffi_targets.BACKWARD_TARGET)
 
 
@@ -57,10 +60,12 @@ def _backward_scratch(avals_in):
     return ffi_targets.cuda_backward_scratch(x.shape, x.dtype, weight.shape)
 
 
-def _with_or_without_residual(rule, residual_rule):
-    """The forward's rule: its own call, or with a residual operand the residual one's."""
+def _with_or_without_residual(rule, residual_rule, operands_without=2):
+    """The forward's rule: its own call, or with a residual operand (one more
+    than `operands_without`) the residual one's."""
     def lowering(ctx, *operands, eps):
-        return (residual_rule if len(operands) == 3 else rule)(ctx, *operands, eps=eps)
+        with_residual = len(operands) > operands_without
+        return (residual_rule if with_residual else rule)(ctx, *operands, eps=eps)
     return lowering
 
 
@@ -129,3 +134,6 @@ for _platform in ("cpu", "cuda"):
 # quantises the Pallas kernels' y in jnp instead).
 mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _with_or_without_residual(
     _with_float64_eps(_fp8_forward_call), _with_float64_eps(_residual_fp8_forward_call)))
+mlir.register_lowering(rms_norm_fp8_scaled_fwd_shard_p, _with_or_without_residual(
+    _with_float64_eps(_scaled_fp8_forward_call),
+    _with_float64_eps(_residual_scaled_fp8_forward_call), operands_without=3))

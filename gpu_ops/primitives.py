@@ -90,6 +90,13 @@ def _quantised_forward_abstract_eval(x, weight, *residual, **params):
     )
 
 
+def _scaled_quantised_forward_abstract_eval(x, weight, *residual_and_row_scales, **params):
+    *residual, row_scales = residual_and_row_scales
+    assert row_scales.shape == leading_shape(x, weight), (x, row_scales)
+    assert row_scales.dtype == jnp.float32, row_scales
+    return _quantised_forward_abstract_eval(x, weight, *residual, **params)
+
+
 def _primitive(name, abstract_eval, impl=None):
     primitive = Primitive(name)
     primitive.multiple_results = True
@@ -108,6 +115,13 @@ rms_norm_bwd_shard_p = _primitive("rms_norm_bwd_shard", _backward_abstract_eval)
 rms_norm_fp8_fwd_shard_p = _primitive("rms_norm_fp8_fwd_shard",
                                       _quantised_forward_abstract_eval)
 
+#: The same with a float32 scale per row given, the last operand (a tensor's
+#: one scale, broadcast): ``(x, weight, row_scales) -> (values, inv_rms,
+#: largest)``, the values y / the row's scale, and each group's largest |y|
+#: in place of its scale.
+rms_norm_fp8_scaled_fwd_shard_p = _primitive("rms_norm_fp8_scaled_fwd_shard",
+                                             _scaled_quantised_forward_abstract_eval)
+
 # Outside jit there is nothing to partition: run the per-shard primitive.
 rms_norm_fwd_p = _primitive(
     "rms_norm_fwd", _forward_abstract_eval, rms_norm_fwd_shard_p.bind)
@@ -115,3 +129,6 @@ rms_norm_bwd_p = _primitive(
     "rms_norm_bwd", _backward_abstract_eval, rms_norm_bwd_shard_p.bind)
 rms_norm_fp8_fwd_p = _primitive(
     "rms_norm_fp8_fwd", _quantised_forward_abstract_eval, rms_norm_fp8_fwd_shard_p.bind)
+rms_norm_fp8_scaled_fwd_p = _primitive(
+    "rms_norm_fp8_scaled_fwd", _scaled_quantised_forward_abstract_eval,
+    rms_norm_fp8_scaled_fwd_shard_p.bind)

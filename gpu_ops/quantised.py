@@ -2,9 +2,10 @@
 (forward only) and :func:`rms_norm_through_fp8` (with a gradient).
 
 The values are float8_e4m3fn with a float32 scale per group of 128 values
-of a row (float8.py). Through the FFI handlers the kernel quantises y as it
-computes it, and adds a residual in the same pass; the HiJAX and Pallas
-routes quantise their y with jnp.
+of a row, or with one scale given for the whole tensor (float8.py). Through
+the FFI handlers the kernel quantises y as it computes it, and adds a
+residual in the same pass; the HiJAX and Pallas routes quantise their y with
+jnp.
 """
 
 from functools import partial
@@ -15,8 +16,8 @@ import jax.numpy as jnp
 from gpu_ops import float8
 from gpu_ops.api import IMPLEMENTATIONS, WITH_RESIDUAL, checked_operands, on_their_devices
 from gpu_ops.autodiff import rms_norm_residual_through_fp8_vjp, rms_norm_through_fp8_vjp
-from gpu_ops.primitives import rms_norm_fp8_fwd_p
-from gpu_ops.validation import check_float8_weight
+from gpu_ops.primitives import rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p
+from gpu_ops.validation import check_float8_scale, check_float8_weight
 
 
 def _from_primitive(*operands_and_eps):
@@ -24,6 +25,26 @@ def _from_primitive(*operands_and_eps):
     *operands, eps = operands_and_eps
     values, _, scales, *total = rms_norm_fp8_fwd_p.bind(*operands, eps=eps)
     return (values, scales, *total)
+
+
+def _from_scaled_primitive(*operands_and_eps):
+    """(values, groups' largest |y|, [x + residual]) from the primitive with a
+    scale per row; the last operand is that scale as a column, (*rows, 1)."""
+    *operands, column, eps = operands_and_eps
+    values, _, largest, *total = rms_norm_fp8_scaled_fwd_p.bind(*operands, column[..., 0],
+                                                                eps=eps)
+    return (values, largest, *total)
+
+
+def _quantising_with_scale(defined):
+    """(values, groups' largest |y|, [x + residual]) of `defined`'s y divided
+    by the given scale (a column, (*rows, 1)), by jnp."""
+    def quantised(*operands_and_eps):
+        *operands, column, eps = operands_and_eps
+        y, *total = _as_tuple(defined(*operands, eps))
+        values, _ = float8.quantize_with(y, column)
+        return (values, float8.group_largest(y), *total)
+    return quantised
 
 
 def _quantising(defined):
@@ -58,20 +79,26 @@ def _as_tuple(result):
 FP8 = {"primitives": {2: _from_primitive, 3: _from_primitive},
        **{name: {2: _quantising(IMPLEMENTATIONS[name]), 3: _quantising(WITH_RESIDUAL[name])}
           for name in ("hijax", "pallas")}}
+#: The same with a given scale, by implementation and number of operands
+#: (the scale's column included).
+SCALED_FP8 = {"primitives": {3: _from_scaled_primitive, 4: _from_scaled_primitive},
+              **{name: {3: _quantising_with_scale(IMPLEMENTATIONS[name]),
+                        4: _quantising_with_scale(WITH_RESIDUAL[name])}
+                 for name in ("hijax", "pallas")}}
 THROUGH_FP8 = {"primitives": {2: rms_norm_through_fp8_vjp, 3: rms_norm_residual_through_fp8_vjp},
                **{name: {2: _straight_through(IMPLEMENTATIONS[name]),
                          3: _straight_through(WITH_RESIDUAL[name])}
                   for name in ("hijax", "pallas")}}
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _forward_only(name, eps, operands):
-    return FP8[name][len(operands)](*operands, eps)
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _forward_only(name, eps, scaled, operands):
+    return (SCALED_FP8 if scaled else FP8)[name][len(operands)](*operands, eps)
 
 
 @_forward_only.defjvp
-def _no_derivative(name, eps, primals, tangents):
-    del name, eps, primals, tangents
+def _no_derivative(name, eps, scaled, primals, tangents):
+    del name, eps, scaled, primals, tangents
     raise TypeError("rms_norm_fp8 has no derivative (its float8 values are rounded); "
                     "rms_norm_through_fp8 passes y's gradient straight through the "
                     "quantisation")
@@ -83,27 +110,40 @@ def _checked(x, weight, eps, residual, implementation):
     return operands, eps, name
 
 
-def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, implementation="primitives"):
+def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, scale=None,
+                 implementation="primitives"):
     """``rms_norm(x, weight, eps)`` quantised to float8_e4m3fn for the next
-    matmul, in groups of 128 values of a row that share a float32 scale.
+    matmul, in groups of 128 values of a row that share a float32 scale, or
+    with one scale given for the whole tensor.
 
     Returns ``(values, scales)``: values of x's shape in float8_e4m3fn, and
     scales of shape ``(*x.shape[:-1], x.shape[-1] // 128)``, each its
     group's largest magnitude over 448 (``gpu_ops.float8`` has the layout and
-    ``dequantize``). With ``residual``, of ``x + residual``, and that sum
-    too: ``(values, scales, x + residual)``. The weight must be one axis, a
-    multiple of 128 long. With the "primitives" implementation y is
-    quantised in the kernel, from float32, without being written out first.
-    Forward only: for a gradient, :func:`rms_norm_through_fp8`. Works under
-    ``jit``, ``vmap`` and sharding as ``rms_norm`` does.
+    ``dequantize``). With ``scale`` (a positive number or float32 scalar,
+    typically from the largest magnitudes of earlier steps: delayed
+    scaling), returns ``(values, amax)``: y / scale rounded to float8,
+    saturating at +-448, and y's largest magnitude (over every device's
+    rows), for the next scale. With ``residual``, of ``x + residual``, and
+    that sum too, last. The weight must be one axis, a multiple of 128
+    long. With the "primitives" implementation y is quantised in the
+    kernel, from float32, without being written out first. Forward only:
+    for a gradient, :func:`rms_norm_through_fp8`. Works under ``jit``,
+    ``vmap`` and sharding as ``rms_norm`` does.
     """
     operands, eps, name = _checked(x, weight, eps, residual, implementation)
+    scaled = scale is not None
+    if scaled:  # a column of x's rank, so that it is placed and batched as x is
+        column = jnp.broadcast_to(check_float8_scale(scale), (*operands[0].shape[:-1], 1))
+        operands = (*operands, column)
 
     def forward_only(*operands_and_eps):
         *operands, eps = operands_and_eps
-        return _forward_only(name, eps, tuple(operands))
+        return _forward_only(name, eps, scaled, tuple(operands))
 
-    return on_their_devices(forward_only, operands, eps)
+    values, per_group, *total = on_their_devices(forward_only, operands, eps)
+    if scaled:
+        per_group = jnp.max(per_group, initial=0.0)
+    return (values, per_group, *total)
 
 
 def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None,

@@ -12,7 +12,8 @@ own, though, so each device can work on its own rows. The rules here say so:
   hold different rows (a ``psum``).
 
 A residual operand of the forward (and its result, ``x + residual``) is
-sharded as x is. ``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are lowered
+sharded as x is; a scale per row, and the float8 forward's scales per group,
+as the rows are. ``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are lowered
 through these partitioned functions to the per-shard primitives.
 
 Inside ``shard_map`` the caller partitions instead, and :func:`vary_alike`
@@ -35,6 +36,8 @@ from gpu_ops.primitives import (
     rms_norm_bwd_shard_p,
     rms_norm_fp8_fwd_p,
     rms_norm_fp8_fwd_shard_p,
+    rms_norm_fp8_scaled_fwd_p,
+    rms_norm_fp8_scaled_fwd_shard_p,
     rms_norm_fwd_p,
     rms_norm_fwd_shard_p,
 )
@@ -120,27 +123,31 @@ def _forward_partition(eps, kernels, mesh, arg_infos, result_infos):
             (x_sharding, replicated, *like_x))
 
 
-def _fp8_forward_rule(eps, kernels, mesh, operand_types, result_types):
+def _fp8_forward_rule(eps, kernels, mesh, operand_types, result_types, scaled=False):
+    """The float8 forward's rule; `scaled`: with a scale per row, the last operand."""
     del eps, kernels, mesh, result_types
     rows, normalised, replicated = _factor_names(len(operand_types[0].shape), 1)
     x = f"{rows} {normalised}"
-    like_x = [x] * (len(operand_types) - 2)  # a residual, and x + residual
+    like_x = [x] * (len(operand_types) - 2 - scaled)  # a residual, and x + residual
+    row_scales = [rows] if scaled else []
     # g: the groups of a row, each with its scale
-    rule = (f"{', '.join([x, normalised, *like_x])} -> "
+    rule = (f"{', '.join([x, normalised, *like_x, *row_scales])} -> "
             f"{', '.join([x, rows, f'{rows} g', *like_x])}")
     return rule, {"need_replication_factors": (*replicated, "g")}
 
 
-def _fp8_forward_partition(eps, kernels, mesh, arg_infos, result_infos):
+def _fp8_forward_partition(eps, kernels, mesh, arg_infos, result_infos, scaled=False):
     del kernels, result_infos
-    x_info, weight_info, *residual = arg_infos
+    x_info, weight_info, *rest = arg_infos
     x_sharding, inv_sharding, replicated, _ = _row_shardings(
         mesh, x_info, len(weight_info.shape))
     scales_sharding = NamedSharding(mesh, PartitionSpec(*inv_sharding.spec, None))
-    like_x = (x_sharding,) * len(residual)
-    per_shard = partial(_bind_fp8_forward_shard, eps=eps)
+    like_x = (x_sharding,) * (len(rest) - scaled)
+    row_scales = (inv_sharding,) if scaled else ()
+    primitive = rms_norm_fp8_scaled_fwd_shard_p if scaled else rms_norm_fp8_fwd_shard_p
+    per_shard = partial(_bind_fp8_forward_shard, eps=eps, primitive=primitive)
     return (mesh, per_shard, (x_sharding, inv_sharding, scales_sharding, *like_x),
-            (x_sharding, replicated, *like_x))
+            (x_sharding, replicated, *like_x, *row_scales))
 
 
 def _backward_partition(eps, kernels, mesh, arg_infos, result_infos):
@@ -174,8 +181,8 @@ def _residual_forward(x, weight, residual, eps, kernels):
     return _bind_forward_shard(x, weight, residual, eps=eps, kernels=kernels)
 
 
-def _bind_fp8_forward_shard(*operands, eps):
-    return tuple(rms_norm_fp8_fwd_shard_p.bind(*operands, eps=eps))
+def _bind_fp8_forward_shard(*operands, eps, primitive=rms_norm_fp8_fwd_shard_p):
+    return tuple(primitive.bind(*operands, eps=eps))
 
 
 @partial(custom_partitioning, static_argnums=(2, 3))
@@ -190,6 +197,20 @@ def _residual_fp8_forward(x, weight, residual, eps, kernels):
     return _bind_fp8_forward_shard(x, weight, residual, eps=eps)
 
 
+@partial(custom_partitioning, static_argnums=(3, 4))
+def _scaled_fp8_forward(x, weight, row_scales, eps, kernels):
+    del kernels
+    return _bind_fp8_forward_shard(x, weight, row_scales, eps=eps,
+                                   primitive=rms_norm_fp8_scaled_fwd_shard_p)
+
+
+@partial(custom_partitioning, static_argnums=(4, 5))
+def _residual_scaled_fp8_forward(x, weight, residual, row_scales, eps, kernels):
+    del kernels
+    return _bind_fp8_forward_shard(x, weight, residual, row_scales, eps=eps,
+                                   primitive=rms_norm_fp8_scaled_fwd_shard_p)
+
+
 @partial(custom_partitioning, static_argnums=(4, 5))
 def _backward(dy, inv_rms, x, weight, eps, kernels):
     return tuple(rms_norm_bwd_shard_p.bind(
@@ -202,6 +223,9 @@ _backward.def_partition(partition=_backward_partition, sharding_rule=_backward_r
 _fp8_forward.def_partition(partition=_fp8_forward_partition, sharding_rule=_fp8_forward_rule)
 _residual_fp8_forward.def_partition(partition=_fp8_forward_partition,
                                     sharding_rule=_fp8_forward_rule)
+for _scaled in (_scaled_fp8_forward, _residual_scaled_fp8_forward):
+    _scaled.def_partition(partition=partial(_fp8_forward_partition, scaled=True),
+                          sharding_rule=partial(_fp8_forward_rule, scaled=True))
 
 
 def _lowering_through(partitioned):
@@ -229,13 +253,15 @@ mlir.register_lowering(rms_norm_fwd_p, _lowering_through({2: _forward, 3: _resid
 mlir.register_lowering(rms_norm_bwd_p, _lowering_through({4: _backward}))
 mlir.register_lowering(rms_norm_fp8_fwd_p,
                        _lowering_through({2: _fp8_forward, 3: _residual_fp8_forward}))
+mlir.register_lowering(rms_norm_fp8_scaled_fwd_p, _lowering_through(
+    {3: _scaled_fp8_forward, 4: _residual_scaled_fp8_forward}))
 
 # custom_partitioning needs the device assignment while lowering; jit provides
 # it only to computations holding a primitive in this set. JAX adds its own
 # custom_partitioning primitive; ours hide it inside their lowering, so they
 # are added too (there is no public API for this; TransformerEngine does the same).
 dispatch.prim_requires_devices_during_lowering.update(
-    {rms_norm_fwd_p, rms_norm_bwd_p, rms_norm_fp8_fwd_p})
+    {rms_norm_fwd_p, rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p})
 
 
 def vary_alike(*arrays):

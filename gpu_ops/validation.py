@@ -64,6 +64,29 @@ def check_float8_weight(weight, group):
                          f"{weight.shape}")
 
 
+def check_float8_scale(scale):
+    """The float8 forward's given scale, as a float32 scalar array: a real
+    number or a floating-point scalar array, finite and positive where its
+    value is known (TypeError or ValueError otherwise)."""
+    if isinstance(scale, bool) or not (isinstance(scale, numbers.Real)
+                                       or hasattr(scale, "dtype")):
+        raise TypeError(f"rms_norm_fp8: scale must be a real number or a floating-point "
+                        f"scalar array, got {type(scale).__name__}")
+    if not hasattr(scale, "dtype"):
+        scale = float(scale)
+    elif not jnp.issubdtype(scale.dtype, jnp.floating):
+        raise TypeError(f"rms_norm_fp8: scale must be floating-point, got {scale.dtype}")
+    scale = jnp.asarray(scale, jnp.float32)
+    if scale.shape != ():
+        raise ValueError(f"rms_norm_fp8: scale must be one number for the whole tensor, "
+                         f"got shape {scale.shape}")
+    if not isinstance(scale, jax.core.Tracer):
+        value = float(scale)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"rms_norm_fp8: scale must be finite and positive, got {value}")
+    return scale
+
+
 def check_pallas_gpus():
     """Raise NotImplementedError where a local GPU is older than Mosaic GPU's sm_90."""
     if jax.default_backend() != "gpu":

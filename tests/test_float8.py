@@ -181,17 +181,21 @@ def test_export_with_a_symbolic_batch(implementation):
 
 @pytest.mark.ffi_lowering
 @pytest.mark.parametrize("platform", ["cpu", "cuda"])
-def test_one_custom_call_normalises_and_quantises(platform, implementation):
+@pytest.mark.parametrize("scaled", [False, True], ids=["group scales", "a given scale"])
+def test_one_custom_call_normalises_and_quantises(platform, scaled, implementation):
     x, weight, _ = _inputs((4, 256), jnp.bfloat16)
-    text = jax.jit(gpu_ops.rms_norm_fp8).trace(x, weight).lower(
-        lowering_platforms=(platform,)).as_text()
+    scale = jnp.float32(0.5) if scaled else None
+    text = jax.jit(lambda x, s: gpu_ops.rms_norm_fp8(x, weight, scale=s)).trace(
+        x, scale).lower(lowering_platforms=(platform,)).as_text()
     (call,) = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
     if implementation == "hijax":  # the HiJAX primitive's y, quantised by XLA
         assert "@gpu_ops_rms_norm_fwd(" in call and "f8E4M3FN" in text
         return
-    assert "@gpu_ops_rms_norm_fp8_fwd" in call
-    assert ("(tensor<4x256xbf16>, tensor<256xbf16>) -> (tensor<4x256xf8E4M3FN>, "
-            "tensor<4xf32>, tensor<4x2xf32>)") in call
+    # with a given scale, its column of rows is an operand of its own target
+    target, row_scales = ("fp8_scaled", ", tensor<4xf32>") if scaled else ("fp8", "")
+    assert f"@gpu_ops_rms_norm_{target}_fwd(" in call
+    assert (f"(tensor<4x256xbf16>, tensor<256xbf16>{row_scales}) -> "
+            f"(tensor<4x256xf8E4M3FN>, tensor<4xf32>, tensor<4x2xf32>)") in call
 
 
 @pytest.mark.parametrize("weight_shape", [(2, 128), (100,)], ids=str)
@@ -294,3 +298,128 @@ def test_a_residual_unlike_x_is_a_clear_error(implementation):
         gpu_ops.rms_norm_fp8(x, weight, residual=residual.astype(jnp.float32))
     with pytest.raises(ValueError, match="residual must have x's shape"):
         gpu_ops.rms_norm_through_fp8(x, weight, residual=residual[0])
+
+
+# One scale given for the whole tensor (delayed scaling): values y / scale,
+# and y's largest magnitude for the next scale.
+def _check_scaled(values, amax, x, weight, scale, implementation):
+    """values are the float64 reference y / scale to rounding (saturating at
+    448), and amax its largest |y|, to y's rounding: in float32 (float64 for
+    float64 x) in the kernel, in the weight's dtype where jnp quantises."""
+    assert values.dtype == jnp.float8_e4m3fn and values.shape == x.shape
+    assert amax.dtype == jnp.float32 and amax.shape == ()
+    y = reference.forward(x, weight)
+    accumulator = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    y_dtypes = [accumulator] + ([] if implementation == "primitives" else [weight.dtype])
+    tol = max(TOLERANCE[jnp.dtype(t)] for t in (*y_dtypes, jnp.float32))
+    np.testing.assert_allclose(amax, np.abs(y).max(), rtol=tol)
+    q = np.asarray(values).astype(np.float64)
+    v = np.clip(y / scale, -448, 448)
+    bound = 2.0**-4 * np.maximum(np.abs(v), 2.0**-6) + 2 * tol * np.maximum(np.abs(v), 1)
+    assert np.all(np.abs(q - v) <= bound), np.max(np.abs(q - v) - bound)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 3, 256), (128,), (7, 1024)], ids=str)
+def test_a_given_scale_divides_every_value(shape, dtype, implementation):
+    x, weight, _ = _inputs(shape, dtype)
+    scale = 0.01
+    values, amax = gpu_ops.rms_norm_fp8(x, weight, scale=scale)
+    _check_scaled(values, amax, x, weight, scale, implementation)
+
+
+def test_a_scale_too_small_saturates_at_448(implementation):
+    x, weight, _ = _inputs((4, 256), jnp.float32, seed=9)
+    values, amax = jax.jit(lambda x, s: gpu_ops.rms_norm_fp8(x, weight, scale=s))(x, 1e-4)
+    q = np.abs(np.asarray(values, np.float32))
+    assert np.all(np.isfinite(q)) and q.max() == 448
+    _check_scaled(values, amax, x, weight, 1e-4, implementation)
+
+
+def test_a_given_scale_with_a_residual_quantises_the_sum(implementation):
+    x, weight, residual, _ = _residual_inputs(seed=10)
+    values, amax, total = jax.jit(lambda x, r: gpu_ops.rms_norm_fp8(
+        x, weight, residual=r, scale=0.02))(x, residual)
+    np.testing.assert_array_equal(total, x + residual)
+    want_values, want_amax = gpu_ops.rms_norm_fp8(total, weight, scale=0.02)
+    _assert_same_quantised(values, want_values, implementation)
+    assert amax == want_amax
+
+
+@pytest.mark.parametrize("scale_axis", [None, 0], ids=["one scale", "a scale each"])
+def test_a_given_scale_under_vmap_is_each_examples_own(scale_axis, implementation):
+    x, weight, _ = _inputs((3, 4, 256), jnp.float32, seed=11)
+    scales = jnp.array([0.01, 0.02, 0.04])
+
+    def fp8(x, scale):
+        return gpu_ops.rms_norm_fp8(x, weight, scale=scale)
+
+    got = jax.jit(jax.vmap(fp8, in_axes=(0, scale_axis)))(
+        x, scales if scale_axis == 0 else scales[0])
+    for k in range(3):
+        values, amax = fp8(x[k], scales[k] if scale_axis == 0 else scales[0])
+        _assert_same_quantised(got[0][k], values, implementation)
+        assert got[1][k] == amax
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
+@pytest.mark.parametrize("spec", [P("data"), P(None, "data")], ids=str)
+def test_a_given_scale_on_sharded_rows_gives_the_one_device_answer(spec, axis_type,
+                                                                    implementation):
+    devices = jax.devices() if len(jax.devices()) >= 2 else jax.devices("cpu")
+    mesh = jax.sharding.Mesh(np.array(devices[:4]), ("data",), axis_types=(axis_type,))
+    x, weight, _ = _inputs((8, 4, 256), jnp.float32, seed=12)
+    sharded = jax.device_put(x, NamedSharding(mesh, spec))
+
+    def fp8(x, weight):
+        return gpu_ops.rms_norm_fp8(x, weight, scale=0.01)
+
+    with jax.set_mesh(mesh):
+        values, amax = jax.jit(fp8)(sharded, weight)
+        hlo = jax.jit(fp8).lower(sharded, weight).compile().as_text()
+    assert "all-gather" not in hlo and "all-to-all" not in hlo  # rows stay split
+    want = fp8(jax.device_put(x, devices[0]), jax.device_put(weight, devices[0]))
+    _assert_same_quantised(values, want[0], implementation)
+    assert float(amax) == float(want[1])  # the largest |y| of every device's rows
+
+
+def test_a_given_scale_exports_with_a_symbolic_batch(implementation):
+    from jax import export
+
+    (batch,) = export.symbolic_shape("b")
+    checks = [export.DisabledSafetyCheck.custom_call(name) for name in (
+        "gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_fp8_scaled_fwd")]
+
+    def fp8(x, weight, scale):
+        return gpu_ops.rms_norm_fp8(x, weight, scale=scale)
+
+    export_it = export.export(jax.jit(fp8), platforms=["cpu", "cuda"], disabled_checks=checks)
+    types = (jax.ShapeDtypeStruct((batch, 256), jnp.float32),
+             jax.ShapeDtypeStruct((256,), jnp.float32), jax.ShapeDtypeStruct((), jnp.float32))
+    if implementation == "pallas":
+        with pytest.raises(NotImplementedError, match="implementation='pallas'.*symbolic"):
+            export_it(*types)
+        return
+    restored = export.deserialize(export_it(*types).serialize())
+    x, weight, _ = _inputs((5, 256), jnp.float32, seed=13)
+    scale = jnp.float32(0.02)
+    for got, want in zip(restored.call(x, weight, scale), fp8(x, weight, scale)):
+        _assert_same_quantised(got, want, implementation)
+
+
+def test_a_given_scale_has_no_gradient(implementation):
+    x, weight, _ = _inputs((2, 128), jnp.float32)
+    with pytest.raises(TypeError, match="rms_norm_through_fp8"):
+        jax.grad(lambda x: gpu_ops.rms_norm_fp8(x, weight, scale=0.1)[1])(x)
+
+
+@pytest.mark.parametrize("scale,error,message", [
+    ("0.1", TypeError, "real number"), (True, TypeError, "real number"),
+    (jnp.ones((), jnp.int32), TypeError, "floating-point"),
+    (jnp.ones(2), ValueError, "one number"), (0.0, ValueError, "positive"),
+    (-1.0, ValueError, "positive"), (float("inf"), ValueError, "finite"),
+], ids=["str", "bool", "int array", "vector", "zero", "negative", "inf"])
+def test_a_bad_scale_is_a_clear_error(scale, error, message, implementation):
+    x, weight, _ = _inputs((2, 128), jnp.float32)
+    with pytest.raises(error, match=f"scale.*{message}|{message}.*scale"):
+        gpu_ops.rms_norm_fp8(x, weight, scale=scale)

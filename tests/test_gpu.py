@@ -401,6 +401,26 @@ def test_fp8_forward_over_the_row_lengths(shape, dtype, weight_dtype, implementa
     np.testing.assert_allclose(got, want, rtol=2.0**-3, atol=2.0**-9)
 
 
+@pytest.mark.parametrize("shape,dtype,weight_dtype", FP8_CASES, ids=str)
+def test_fp8_forward_with_a_given_scale(shape, dtype, weight_dtype, implementation):
+    # as above, against jnp's division of the reference y by the scale; and
+    # the largest |y| of all rows. The scale saturates the largest values.
+    x, weight, _ = random_inputs(shape, dtype, seed=10)
+    weight = weight.astype(weight_dtype or dtype)
+    y = jnp.asarray(reference.forward(x, weight), jnp.float32)
+    if implementation != "primitives":
+        y = y.astype(weight.dtype).astype(jnp.float32)
+    scale = float(jnp.max(jnp.abs(y))) / 600
+    values, amax = gpu_ops.rms_norm_fp8(x, weight, scale=scale)
+    expected_values, expected_amax = float8.quantize_with(y, jnp.float32(scale))
+    np.testing.assert_allclose(amax, expected_amax, rtol=1e-5)
+    got = np.asarray(values, np.float32).reshape(-1)
+    want = np.asarray(expected_values, np.float32).reshape(-1)
+    assert np.abs(got).max() == 448
+    assert np.mean(got != want) < 1e-3
+    np.testing.assert_allclose(got, want, rtol=2.0**-3, atol=2.0**-9)
+
+
 @pytest.mark.parametrize("shape", [(67, 4_096), (9, 262_144)], ids=str)
 def test_fp8_forward_with_a_residual(shape):
     x, weight, _ = random_inputs(shape, jnp.bfloat16, seed=9)

@@ -83,8 +83,10 @@ def main():
         weight = jnp.ones(shape[-1:], w_dtype)
         jax.block_until_ready(gpu_ops.rms_norm_fp8(x, weight))
         jax.block_until_ready(gpu_ops.rms_norm_fp8(x, weight, residual=x))
-        print("ok, quantised (and with a residual)", shape, jnp.dtype(x_dtype).name,
-              jnp.dtype(w_dtype).name, flush=True)
+        jax.block_until_ready(gpu_ops.rms_norm_fp8(x, weight, scale=0.01))
+        jax.block_until_ready(gpu_ops.rms_norm_fp8(x, weight, residual=x, scale=0.01))
+        print("ok, quantised (with a residual, a given scale)", shape,
+              jnp.dtype(x_dtype).name, jnp.dtype(w_dtype).name, flush=True)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,10 @@ py::dict Targets() {
   cpu["gpu_ops_rms_norm_fp8_fwd"] = Capsule(gpu_ops::RmsNormQuantisedForwardCpu);
   cpu["gpu_ops_rms_norm_residual_fp8_fwd"] =
       Capsule(gpu_ops::RmsNormResidualQuantisedForwardCpu);
+  cpu["gpu_ops_rms_norm_fp8_scaled_fwd"] =
+      Capsule(gpu_ops::RmsNormScaledQuantisedForwardCpu);
+  cpu["gpu_ops_rms_norm_residual_fp8_scaled_fwd"] =
+      Capsule(gpu_ops::RmsNormResidualScaledQuantisedForwardCpu);
   cpu["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCpu);
   py::dict targets;
   targets["cpu"] = cpu;
@@ -41,6 +45,10 @@ py::dict Targets() {
       Capsule(gpu_ops::RmsNormQuantisedForwardCuda);
   cuda["gpu_ops_rms_norm_residual_fp8_fwd"] =
       Capsule(gpu_ops::RmsNormResidualQuantisedForwardCuda);
+  cuda["gpu_ops_rms_norm_fp8_scaled_fwd"] =
+      Capsule(gpu_ops::RmsNormScaledQuantisedForwardCuda);
+  cuda["gpu_ops_rms_norm_residual_fp8_scaled_fwd"] =
+      Capsule(gpu_ops::RmsNormResidualScaledQuantisedForwardCuda);
   cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
   targets["CUDA"] = cuda;
 #endif

@@ -200,6 +200,29 @@ inline ffi::Error CheckResidualQuantisedForwardBuffers(
   return CheckResidualBuffers(x, residual, sum);
 }
 
+// The quantised forward's buffers with a float32 scale per row given
+// (row_scales, of x's leading shape), the residual add's where `residual`
+// and `sum` are given. The scales result then holds each group's largest
+// |y|, for the caller's next scale.
+inline ffi::Error CheckScaledQuantisedForwardBuffers(
+    const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+    const ffi::AnyBuffer& row_scales, double eps, const ffi::AnyBuffer& values,
+    const ffi::AnyBuffer& inv_rms, const ffi::AnyBuffer& largest,
+    RowGeometry* geometry, const ffi::AnyBuffer* residual = nullptr,
+    const ffi::AnyBuffer* sum = nullptr) {
+  if (auto err = residual == nullptr
+                     ? CheckQuantisedForwardBuffers(x, w, eps, values, inv_rms,
+                                                    largest, geometry)
+                     : CheckResidualQuantisedForwardBuffers(
+                           x, w, *residual, eps, values, inv_rms, largest,
+                           *sum, geometry);
+      err.failure()) {
+    return err;
+  }
+  return ExpectBuffer("row_scales", row_scales, ffi::DataType::F32,
+                      LeadingDims(x, w));
+}
+
 inline ffi::Error CheckBackwardBuffers(
     const ffi::AnyBuffer& dy, const ffi::AnyBuffer& inv_rms,
     const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, double eps,

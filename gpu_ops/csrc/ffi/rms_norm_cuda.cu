@@ -213,6 +213,43 @@ ffi::Error ResidualQuantisedForwardCuda(
       stream, {x, w, *values, *inv_rms, *scales, &residual, &*sum}, g, eps);
 }
 
+ffi::Error ScaledQuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
+                                      ffi::AnyBuffer w, ffi::AnyBuffer row_scales,
+                                      ffi::Result<ffi::AnyBuffer> values,
+                                      ffi::Result<ffi::AnyBuffer> inv_rms,
+                                      ffi::Result<ffi::AnyBuffer> largest,
+                                      double eps) {
+  RowGeometry g;
+  if (auto err = CheckScaledQuantisedForwardBuffers(x, w, row_scales, eps, *values,
+                                                    *inv_rms, *largest, &g);
+      err.failure()) {
+    return err;
+  }
+  if (g.rows == 0) return ffi::Error::Success();
+  QuantisedForwardBuffers buffers{x, w, *values, *inv_rms, *largest};
+  buffers.row_scales = &row_scales;
+  return QuantisedForward(stream, buffers, g, eps);
+}
+
+ffi::Error ResidualScaledQuantisedForwardCuda(
+    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+    ffi::AnyBuffer residual, ffi::AnyBuffer row_scales,
+    ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> inv_rms,
+    ffi::Result<ffi::AnyBuffer> largest, ffi::Result<ffi::AnyBuffer> sum,
+    double eps) {
+  RowGeometry g;
+  if (auto err = CheckScaledQuantisedForwardBuffers(
+          x, w, row_scales, eps, *values, *inv_rms, *largest, &g, &residual, &*sum);
+      err.failure()) {
+    return err;
+  }
+  if (g.rows == 0) return ffi::Error::Success();
+  return QuantisedForward(stream,
+                          {x, w, *values, *inv_rms, *largest, &residual, &*sum,
+                           &row_scales},
+                          g, eps);
+}
+
 // [forward-binding]
 auto ForwardBinding() {
   return ffi::Ffi::Bind()
@@ -262,6 +299,32 @@ auto ResidualQuantisedForwardBinding() {
       .Attr<double>("eps");
 }
 
+auto ScaledQuantisedForwardBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Arg<ffi::AnyBuffer>()  // x
+      .Arg<ffi::AnyBuffer>()  // weight
+      .Arg<ffi::AnyBuffer>()  // row_scales
+      .Ret<ffi::AnyBuffer>()  // float8 values of y
+      .Ret<ffi::AnyBuffer>()  // inv_rms
+      .Ret<ffi::AnyBuffer>()  // groups' largest |y|
+      .Attr<double>("eps");
+}
+
+auto ResidualScaledQuantisedForwardBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Arg<ffi::AnyBuffer>()  // x
+      .Arg<ffi::AnyBuffer>()  // weight
+      .Arg<ffi::AnyBuffer>()  // residual
+      .Arg<ffi::AnyBuffer>()  // row_scales
+      .Ret<ffi::AnyBuffer>()  // float8 values of y
+      .Ret<ffi::AnyBuffer>()  // inv_rms
+      .Ret<ffi::AnyBuffer>()  // groups' largest |y|
+      .Ret<ffi::AnyBuffer>()  // x + residual
+      .Attr<double>("eps");
+}
+
 auto BackwardBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
@@ -300,6 +363,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormQuantisedForwardCuda, QuantisedForwardCuda,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCuda,
                               ResidualQuantisedForwardCuda,
                               ResidualQuantisedForwardBinding(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCuda,
+                              ScaledQuantisedForwardCuda,
+                              ScaledQuantisedForwardBinding(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCuda,
+                              ResidualScaledQuantisedForwardCuda,
+                              ResidualScaledQuantisedForwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda, BackwardCuda, BackwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});

@@ -22,6 +22,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormQuantisedForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCpu);
 
 #ifdef GPU_OPS_WITH_CUDA
@@ -29,6 +31,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormQuantisedForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
 // The plans the handlers make on the current GPU, given the paths that
 // GPU_OPS_PLAN_WITHOUT leaves out (with the same occupancy answers and the

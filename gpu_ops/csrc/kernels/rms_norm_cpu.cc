@@ -85,15 +85,21 @@ struct NormalisedRows {
 
 // y quantised to float8_e4m3fn in groups of kFloat8Group values of a row:
 // each group's scale is its largest |y| over 448 (1 for a group of zeros),
-// and its values are y / scale, rounded (float8_e4m3.h).
+// and its values are y / scale, rounded (float8_e4m3.h). With row_scales,
+// every value of row r is y / row_scales[r] instead, and `scales` receives
+// each group's largest |y|.
 struct QuantisedRows {
   ffi::AnyBuffer& values;
   ffi::AnyBuffer& scales;
+  const ffi::AnyBuffer* row_scales = nullptr;
 
   template <typename X, typename W>
   auto For(const W* w, int64_t n) const {
     uint8_t* out = static_cast<uint8_t*>(values.untyped_data());
     float* out_scales = static_cast<float*>(scales.untyped_data());
+    const float* given = row_scales == nullptr
+                             ? nullptr
+                             : static_cast<const float*>(row_scales->untyped_data());
     return [=](int64_t r, const X* row, double inv) {
       const int64_t groups = n / kFloat8Group;
       double y[kFloat8Group];
@@ -105,8 +111,11 @@ struct QuantisedRows {
           largest = std::max(largest, std::fabs(y[k]));
         }
         const float scale =
-            largest > 0 ? static_cast<float>(largest / kFloat8E4M3Max) : 1.0f;
-        out_scales[r * groups + group] = scale;
+            given != nullptr ? given[r]
+            : largest > 0    ? static_cast<float>(largest / kFloat8E4M3Max)
+                             : 1.0f;
+        out_scales[r * groups + group] =
+            given != nullptr ? static_cast<float>(largest) : scale;
         for (int64_t k = 0; k < kFloat8Group; ++k) {
           out[r * n + first + k] = ToFloat8E4M3(y[k] / scale);
         }
@@ -243,6 +252,38 @@ ffi::Error ResidualQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
                        &residual, &*sum);
 }
 
+ffi::Error ScaledQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
+                                     ffi::AnyBuffer row_scales,
+                                     ffi::Result<ffi::AnyBuffer> values,
+                                     ffi::Result<ffi::AnyBuffer> inv_rms,
+                                     ffi::Result<ffi::AnyBuffer> largest,
+                                     double eps) {
+  RowGeometry g;
+  if (auto err = CheckScaledQuantisedForwardBuffers(x, w, row_scales, eps, *values,
+                                                    *inv_rms, *largest, &g);
+      err.failure()) {
+    return err;
+  }
+  return ForwardOnRows(x, w, *inv_rms, g, eps,
+                       QuantisedRows{*values, *largest, &row_scales});
+}
+
+ffi::Error ResidualScaledQuantisedForwardCpu(
+    ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer residual,
+    ffi::AnyBuffer row_scales, ffi::Result<ffi::AnyBuffer> values,
+    ffi::Result<ffi::AnyBuffer> inv_rms, ffi::Result<ffi::AnyBuffer> largest,
+    ffi::Result<ffi::AnyBuffer> sum, double eps) {
+  RowGeometry g;
+  if (auto err = CheckScaledQuantisedForwardBuffers(
+          x, w, row_scales, eps, *values, *inv_rms, *largest, &g, &residual, &*sum);
+      err.failure()) {
+    return err;
+  }
+  return ForwardOnRows(x, w, *inv_rms, g, eps,
+                       QuantisedRows{*values, *largest, &row_scales}, &residual,
+                       &*sum);
+}
+
 ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
                        ffi::AnyBuffer x, ffi::AnyBuffer w,
                        ffi::Result<ffi::AnyBuffer> dx,
@@ -310,6 +351,30 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCpu,
                                   .Ret<ffi::AnyBuffer>()  // float8 values of y
                                   .Ret<ffi::AnyBuffer>()  // inv_rms
                                   .Ret<ffi::AnyBuffer>()  // scales
+                                  .Ret<ffi::AnyBuffer>()  // x + residual
+                                  .Attr<double>("eps"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCpu,
+                              ScaledQuantisedForwardCpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // weight
+                                  .Arg<ffi::AnyBuffer>()  // row_scales
+                                  .Ret<ffi::AnyBuffer>()  // float8 values of y
+                                  .Ret<ffi::AnyBuffer>()  // inv_rms
+                                  .Ret<ffi::AnyBuffer>()  // groups' largest |y|
+                                  .Attr<double>("eps"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCpu,
+                              ResidualScaledQuantisedForwardCpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // weight
+                                  .Arg<ffi::AnyBuffer>()  // residual
+                                  .Arg<ffi::AnyBuffer>()  // row_scales
+                                  .Ret<ffi::AnyBuffer>()  // float8 values of y
+                                  .Ret<ffi::AnyBuffer>()  // inv_rms
+                                  .Ret<ffi::AnyBuffer>()  // groups' largest |y|
                                   .Ret<ffi::AnyBuffer>()  // x + residual
                                   .Attr<double>("eps"));
 

@@ -57,12 +57,15 @@ ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
                                      const ResidualForwardBuffers& b,
                                      RowGeometry g, double eps);
 
-// With a residual add where `residual` and `sum` (a result) are given.
+// With a residual add where `residual` and `sum` (a result) are given; with
+// a given scale per row where `row_scales` is (then `scales` receives each
+// group's largest |y|).
 struct QuantisedForwardBuffers {
   ffi::AnyBuffer x, w;                    // inputs
   ffi::AnyBuffer values, inv_rms, scales;  // results (float8, ..., float32)
   const ffi::AnyBuffer* residual = nullptr;
   const ffi::AnyBuffer* sum = nullptr;
+  const ffi::AnyBuffer* row_scales = nullptr;
 };
 
 // The forward quantised to float8_e4m3fn in groups of kFloat8Group values.

@@ -1,7 +1,10 @@
 // The forward quantised to float8_e4m3fn for the next matmul: y in groups
 // of kFloat8Group (128) values of a row, each group with a float32 scale,
 // its largest |y| over 448, and its values y / scale, from one pass over x
-// (or over x + residual, added in the same pass).
+// (or over x + residual, added in the same pass). Given a scale per row
+// (row_scales; a tensor's one scale, broadcast), the values are y / that
+// scale instead, and `scales` receives each group's largest |y|, from which
+// the caller takes the tensor's for its next scale.
 //
 // Each block takes a row (and every gridDim.x-th after it). A warp takes a
 // group: each of its 32 threads holds 4 consecutive values, so the group's
@@ -48,7 +51,8 @@ __global__ void __launch_bounds__(kFp8Threads)
                            float* __restrict__ scales,
                            AccumulatorFor<X>* __restrict__ inv_rms,
                            int64_t rows, int64_t row_length, double eps,
-                           const X* __restrict__ residual, X* __restrict__ sum) {
+                           const X* __restrict__ residual, X* __restrict__ sum,
+                           const float* __restrict__ row_scales) {
   using A = AccumulatorFor<X>;
   __shared__ A warp_sums[kFp8Warps];
   const int lane = threadIdx.x % kWarpSize;
@@ -86,7 +90,9 @@ __global__ void __launch_bounds__(kFp8Threads)
         largest = fmaxf(largest, fabsf(y[k]));
       }
       largest = WarpReduce(largest, [](float a, float b) { return fmaxf(a, b); });
-      const float scale = largest > 0 ? largest / kFloat8Max : 1.0f;
+      const float scale = row_scales != nullptr ? row_scales[row]
+                          : largest > 0         ? largest / kFloat8Max
+                                                : 1.0f;
       uint32_t word = 0;
 #pragma unroll
       for (int k = 0; k < kValuesPerThread; ++k) {
@@ -95,7 +101,9 @@ __global__ void __launch_bounds__(kFp8Threads)
         word |= bits << (8 * k);  // little-endian: value k at byte k
       }
       values[(row * row_length + first) / kValuesPerThread] = word;
-      if (lane == 0) scales[row * groups + group] = scale;
+      if (lane == 0) {
+        scales[row * groups + group] = row_scales != nullptr ? largest : scale;
+      }
     }
   }
 }
@@ -115,7 +123,10 @@ ffi::Error QuantisedForward(cudaStream_t stream, const QuantisedForwardBuffers& 
               static_cast<uint32_t*>(b.values.untyped_data()),
               static_cast<float*>(b.scales.untyped_data()),
               static_cast<AccumulatorFor<X>*>(b.inv_rms.untyped_data()), g.rows,
-              g.row_length, eps, residual, sum);
+              g.row_length, eps, residual, sum,
+              b.row_scales == nullptr
+                  ? nullptr
+                  : static_cast<const float*>(b.row_scales->untyped_data()));
           return CheckLaunch("QuantisedForwardKernel");
         };
         if (b.residual == nullptr) {
