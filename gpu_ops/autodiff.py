@@ -12,15 +12,17 @@ x and the residual both receive it, since each enters ``total`` once.
 Quantised to float8 (``rms_norm_through_fp8_vjp``), y's gradient passes
 straight through the quantisation: the gradient of the dequantised y is
 taken as that of y itself, the convention of float8 training (rounding has
-no useful derivative).
+no useful derivative). With a given scale, neither the scale nor y's largest
+magnitude, which the forward also returns, has a gradient.
 """
 
 from functools import partial
 
 import jax
+import jax.numpy as jnp
 
 from gpu_ops import float8, higher_order
-from gpu_ops.primitives import rms_norm_fp8_fwd_p
+from gpu_ops.primitives import rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -102,3 +104,53 @@ def _residual_through_fp8_backward(eps, saved, cotangents):
 
 rms_norm_residual_through_fp8_vjp.defvjp(_residual_through_fp8_forward,
                                          _residual_through_fp8_backward)
+
+
+def _read_back(values, column, dtype):
+    """The float8 values times their given scale (a column, (*rows, 1))."""
+    return (values.astype(jnp.float32) * column).astype(dtype)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3,))
+def rms_norm_scaled_through_fp8_vjp(x, weight, column, eps):
+    return _scaled_through_fp8_forward(x, weight, column, eps)[0]
+
+
+def _scaled_through_fp8_forward(x, weight, column, eps):
+    values, inv_rms, largest = rms_norm_fp8_scaled_fwd_p.bind(x, weight, column[..., 0], eps=eps)
+    return (_read_back(values, column, weight.dtype), largest), (inv_rms, x, weight, column)
+
+
+def _scaled_through_fp8_backward(eps, saved, cotangents):
+    inv_rms, x, weight, column = saved
+    dy, _ = cotangents  # y's largest magnitudes have no gradient
+    dx, dweight = higher_order.backward(dy, inv_rms, x, weight, eps, "ffi")
+    return dx, dweight, jnp.zeros_like(column)
+
+
+rms_norm_scaled_through_fp8_vjp.defvjp(_scaled_through_fp8_forward,
+                                       _scaled_through_fp8_backward)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(4,))
+def rms_norm_residual_scaled_through_fp8_vjp(x, weight, residual, column, eps):
+    return _residual_scaled_through_fp8_forward(x, weight, residual, column, eps)[0]
+
+
+def _residual_scaled_through_fp8_forward(x, weight, residual, column, eps):
+    values, inv_rms, largest, total = rms_norm_fp8_scaled_fwd_p.bind(
+        x, weight, residual, column[..., 0], eps=eps)
+    y = _read_back(values, column, weight.dtype)
+    return (y, largest, total), (inv_rms, total, weight, column)
+
+
+def _residual_scaled_through_fp8_backward(eps, saved, cotangents):
+    inv_rms, total, weight, column = saved
+    dy, _, dtotal = cotangents
+    dx, dweight, dresidual = _residual_backward(eps, "ffi", (inv_rms, total, weight),
+                                                (dy, dtotal))
+    return dx, dweight, dresidual, jnp.zeros_like(column)
+
+
+rms_norm_residual_scaled_through_fp8_vjp.defvjp(_residual_scaled_through_fp8_forward,
+                                                _residual_scaled_through_fp8_backward)

@@ -15,7 +15,9 @@ import jax.numpy as jnp
 
 from gpu_ops import float8
 from gpu_ops.api import IMPLEMENTATIONS, WITH_RESIDUAL, checked_operands, on_their_devices
-from gpu_ops.autodiff import rms_norm_residual_through_fp8_vjp, rms_norm_through_fp8_vjp
+from gpu_ops.autodiff import (rms_norm_residual_scaled_through_fp8_vjp,
+                              rms_norm_residual_through_fp8_vjp,
+                              rms_norm_scaled_through_fp8_vjp, rms_norm_through_fp8_vjp)
 from gpu_ops.primitives import rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p
 from gpu_ops.validation import check_float8_scale, check_float8_weight
 
@@ -68,6 +70,22 @@ def _straight_through(defined):
     return through
 
 
+def _straight_through_with_scale(defined):
+    """`defined`'s y divided by the given scale (a column, (*rows, 1)),
+    quantised and read back by jnp, its gradient y's; and its groups'
+    largest |y|, without one."""
+    def through(*operands_and_eps):
+        *operands, column, eps = operands_and_eps
+        y, *total = _as_tuple(defined(*operands, eps))
+        y32 = y.astype(jnp.float32)
+        read_back = jax.lax.stop_gradient(
+            float8.quantize_with(y, column)[0].astype(jnp.float32) * column)
+        # read_back + 0, exactly, whose gradient is y's
+        y_out = (read_back + (y32 - jax.lax.stop_gradient(y32))).astype(y.dtype)
+        return (y_out, jax.lax.stop_gradient(float8.group_largest(y)), *total)
+    return through
+
+
 def _as_tuple(result):
     return result if isinstance(result, tuple) else (result,)
 
@@ -89,6 +107,12 @@ THROUGH_FP8 = {"primitives": {2: rms_norm_through_fp8_vjp, 3: rms_norm_residual_
                **{name: {2: _straight_through(IMPLEMENTATIONS[name]),
                          3: _straight_through(WITH_RESIDUAL[name])}
                   for name in ("hijax", "pallas")}}
+SCALED_THROUGH_FP8 = {
+    "primitives": {3: rms_norm_scaled_through_fp8_vjp,
+                   4: rms_norm_residual_scaled_through_fp8_vjp},
+    **{name: {3: _straight_through_with_scale(IMPLEMENTATIONS[name]),
+              4: _straight_through_with_scale(WITH_RESIDUAL[name])}
+       for name in ("hijax", "pallas")}}
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
@@ -132,27 +156,42 @@ def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, scale=None,
     """
     operands, eps, name = _checked(x, weight, eps, residual, implementation)
     scaled = scale is not None
-    if scaled:  # a column of x's rank, so that it is placed and batched as x is
-        column = jnp.broadcast_to(check_float8_scale(scale), (*operands[0].shape[:-1], 1))
-        operands = (*operands, column)
+    if scaled:
+        operands = _with_scale_column(operands, scale)
 
     def forward_only(*operands_and_eps):
         *operands, eps = operands_and_eps
         return _forward_only(name, eps, scaled, tuple(operands))
 
     values, per_group, *total = on_their_devices(forward_only, operands, eps)
-    if scaled:
-        per_group = jnp.max(per_group, initial=0.0)
-    return (values, per_group, *total)
+    return (values, _amax(per_group) if scaled else per_group, *total)
 
 
-def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None,
+def _with_scale_column(operands, scale):
+    """The operands and the checked scale as a column of x's rank, (*rows, 1),
+    so that it is placed, batched and exported as x is."""
+    x = operands[0]
+    return (*operands, jnp.broadcast_to(check_float8_scale(scale), (*x.shape[:-1], 1)))
+
+
+def _amax(largest):
+    """The tensor's largest |y| from its groups' (none for no rows: 0)."""
+    return jnp.max(largest, initial=0.0)
+
+
+def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None, scale=None,
                          implementation="primitives"):
     """``rms_norm(x, weight, eps)`` as the next matmul sees it after float8
     quantisation: :func:`rms_norm_fp8`'s values times their scales, in the
-    weight's dtype (with ``residual``, that and ``x + residual``). Its
-    gradient passes straight through the quantisation (that of y itself, the
-    convention of float8 training).
+    weight's dtype (with ``scale``, times that scale, and y's largest
+    magnitude too: ``(y, amax)``; with ``residual``, ``x + residual`` last).
+    Its gradient passes straight through the quantisation (that of y itself,
+    the convention of float8 training); the scale and amax have none.
     """
     operands, eps, name = _checked(x, weight, eps, residual, implementation)
-    return on_their_devices(THROUGH_FP8[name][len(operands)], operands, eps)
+    if scale is None:
+        return on_their_devices(THROUGH_FP8[name][len(operands)], operands, eps)
+    operands = _with_scale_column(operands, scale)
+    y, largest, *total = on_their_devices(SCALED_THROUGH_FP8[name][len(operands)],
+                                          operands, eps)
+    return (y, _amax(jax.lax.stop_gradient(largest)), *total)

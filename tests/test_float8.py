@@ -423,3 +423,62 @@ def test_a_bad_scale_is_a_clear_error(scale, error, message, implementation):
     x, weight, _ = _inputs((2, 128), jnp.float32)
     with pytest.raises(error, match=f"scale.*{message}|{message}.*scale"):
         gpu_ops.rms_norm_fp8(x, weight, scale=scale)
+
+
+def test_through_a_given_scale_the_gradient_is_the_norms(implementation):
+    x, weight, dy = _inputs((6, 256), jnp.float32, seed=14)
+
+    def through(x, weight, scale):
+        return gpu_ops.rms_norm_through_fp8(x, weight, scale=scale)
+
+    (y, amax), pullback = jax.vjp(through, x, weight, jnp.float32(0.01))
+    values, want_amax = gpu_ops.rms_norm_fp8(x, weight, scale=0.01)
+    np.testing.assert_array_equal(y, np.asarray(values, np.float32) * np.float32(0.01))
+    assert float(amax) == float(want_amax)
+    dx, dweight, dscale = pullback((dy, jnp.float32(1.0)))  # amax passes no gradient on
+    expected_dx, expected_dweight = jax.vjp(gpu_ops.rms_norm, x, weight)[1](dy)
+    np.testing.assert_allclose(dx, expected_dx, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(dweight, expected_dweight, rtol=1e-6, atol=1e-6)
+    assert float(dscale) == 0.0
+
+
+def test_through_a_given_scale_with_a_residual(implementation):
+    x, weight, residual, dy = _residual_inputs(seed=15)
+    dtotal = jnp.flip(x, axis=-1)
+
+    def through(x, weight, residual):
+        return gpu_ops.rms_norm_through_fp8(x, weight, residual=residual, scale=0.02)
+
+    def plain(x, weight, residual):
+        return gpu_ops.rms_norm(x, weight, residual=residual)
+
+    (y, amax, total), pullback = jax.vjp(jax.jit(through), x, weight, residual)
+    values, want_amax, _ = gpu_ops.rms_norm_fp8(x, weight, residual=residual, scale=0.02)
+    read_back = (np.asarray(values, np.float32) * np.float32(0.02)).astype(weight.dtype)
+    _assert_same_quantised(y, read_back, implementation)
+    np.testing.assert_array_equal(total, x + residual)
+    assert float(amax) == float(want_amax)
+    want = jax.vjp(plain, x, weight, residual)[1]((dy, dtotal))
+    for got, expected in zip(pullback((dy, jnp.float32(0.0), dtotal)), want):
+        np.testing.assert_array_equal(np.asarray(got, np.float32),
+                                      np.asarray(expected, np.float32))
+
+
+def test_through_a_given_scale_on_sharded_rows(implementation):
+    devices = jax.devices() if len(jax.devices()) >= 2 else jax.devices("cpu")
+    mesh = jax.sharding.Mesh(np.array(devices[:4]), ("data",), axis_types=(AxisType.Auto,))
+    x, weight, dy = _inputs((8, 4, 256), jnp.float32, seed=16)
+    sharded = jax.device_put(x, NamedSharding(mesh, P("data")))
+
+    def loss(x, weight):
+        y, amax = gpu_ops.rms_norm_through_fp8(x, weight, scale=0.01)
+        return jnp.sum(y * dy), amax
+
+    with jax.set_mesh(mesh):
+        (_, amax), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(
+            sharded, weight)
+    single = jax.device_put(x, devices[0]), jax.device_put(weight, devices[0])
+    (_, want_amax), want_grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(*single)
+    assert float(amax) == float(want_amax)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
