@@ -82,3 +82,15 @@ def test_a_folder_that_is_no_run_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _tool().main(["--out", str(tmp_path / "x.json"), str(tmp_path)])
     assert "not a gpu_checks.sh output folder" in capsys.readouterr().err
+
+
+def test_the_float8_matmul_check_is_summarised(tmp_path):
+    run = _run(tmp_path / "fp8", "e52ac34")
+    record = {"device": "NVIDIA H100 80GB HBM3", "shape": {"rows": 4096},
+              "fp8_matmul": True, "custom_call_targets": ["__cublas$lt$matmul$f8"],
+              "matmul_lines": ["%cublas-gemm.1 = custom-call(...)"]}
+    (run / "fp8_matmul.json").write_text(json.dumps(record))
+    _, (check,) = _tool().run_summary(run)
+    assert check["check"] == "fp8 matmul" and check["commit"] == "e52ac34"
+    assert check["fp8_matmul"] is True and check["shape"] == {"rows": 4096}
+    assert check["custom_call_targets"] == ["__cublas$lt$matmul$f8"]

@@ -94,9 +94,12 @@ def test_every_gpu_machine_summary_says_what_ran_where():
         for check in summary["checks"]:
             assert re.fullmatch(r"[0-9a-f]{7,40}", check["commit"]), (path, check)
             assert re.match(r"20\d\d-\d\d-\d\dT", check["date"]), (path, check)
-            assert check["check"] in ("tests", "chapters (nbval)", "compute-sanitizer"), path
+            assert check["check"] in ("tests", "chapters (nbval)", "compute-sanitizer",
+                                      "fp8 matmul"), path
             if check["check"] == "compute-sanitizer":
                 assert check["tools"], (path, check)
+            elif check["check"] == "fp8 matmul":
+                assert isinstance(check["fp8_matmul"], bool) and check["matmul_lines"], path
             else:
                 assert check["completed"] and check["passed"] > 0, (path, check)
                 assert len(check["failures"]) == check.get("failed", 0), (path, check)

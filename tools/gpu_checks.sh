@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU evidence run (shared/GPU.md): build with CUDA from a clean tree, the
-# whole test suite on the GPU, every chapter under nbval, and compute-sanitizer
-# on forward and backward.
+# whole test suite on the GPU, every chapter under nbval, compute-sanitizer
+# on forward and backward, and whether XLA runs the float8 norm's matmul as a
+# float8 matmul (tools/fp8_matmul_hlo.py).
 # Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
 # It writes OUTDIR/summary.json (tools/gpu_checks_summary.py) beside the logs.
 # To split a run over calls of limited length (on one machine, which keeps
 # the build): GPU_CHECKS_STEPS chooses among "tests" (the build and the test
-# suite), "chapters" and "sanitizers" (default: all three, in that order), and
+# suite), "chapters", "sanitizers" and "fp8" (default: all four, in that order), and
 # GPU_CHECKS_SANITIZERS="memcheck racecheck" runs only those tools (default:
 # all four; the sanitizer log is appended to). GPU_CHECKS_CLEAN=0 keeps the build
 # of an earlier call on the same machine instead of building from a clean tree.
@@ -34,7 +35,7 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-steps=" ${GPU_CHECKS_STEPS:-tests chapters sanitizers} "
+steps=" ${GPU_CHECKS_STEPS:-tests chapters sanitizers fp8} "
 tests_status=0 chapters_status=0 sanitizer_status=0
 if [[ $steps == *" tests "* ]]; then
   [ "${GPU_CHECKS_CLEAN:-1}" = 0 ] || rm -rf build
@@ -71,8 +72,14 @@ for tool in $sanitizers; do
   echo "== $tool exit status: $status" | tee -a "$out/compute_sanitizer.log"
   [ "$status" = 0 ] || sanitizer_status=1
 done
+fp8_status=0
+if [[ $steps == *" fp8 "* ]]; then
+  python3 tools/fp8_matmul_hlo.py --out "$out/fp8_matmul.json" 2>&1 | tee "$out/fp8_matmul.log"
+  fp8_status=${PIPESTATUS[0]}
+fi
 # The run's short summary (tools/gpu_checks_summary.py merges several runs
 # into a machine's results file).
 python3 tools/gpu_checks_summary.py --out "$out/summary.json" "$out"
-echo "tests: $tests_status, chapters: $chapters_status, sanitizer: $sanitizer_status"
-exit $(( tests_status || chapters_status || sanitizer_status ))
+echo "tests: $tests_status, chapters: $chapters_status, sanitizer: $sanitizer_status," \
+  "fp8 matmul check: $fp8_status"
+exit $(( tests_status || chapters_status || sanitizer_status || fp8_status ))

@@ -7,7 +7,8 @@ several, by step and by test selection); each holds its environment.txt and
 the logs of the steps it ran. The summary keeps what a reader needs and no
 log: the machine (from the last run), and for every step of every run its
 commit, date and test selection, its counts (passed, failed, skipped, ...),
-the names of failed tests, and compute-sanitizer's error counts per tool.
+the names of failed tests, compute-sanitizer's error counts per tool, and
+whether XLA ran the float8 norm's matmul as a float8 matmul.
 """
 
 import argparse
@@ -82,6 +83,11 @@ def run_summary(outdir):
     if (log := outdir / "compute_sanitizer.log").exists():
         checks.append({"check": "compute-sanitizer", **common,
                        "tools": sanitizer_counts(log.read_text())})
+    if (found := outdir / "fp8_matmul.json").exists():
+        record = json.loads(found.read_text())
+        checks.append({"check": "fp8 matmul", **common,
+                       **{k: record[k] for k in ("shape", "fp8_matmul", "custom_call_targets",
+                                                  "matmul_lines")}})
     return env, checks
 
 

@@ -1,0 +1,89 @@
+"""Whether XLA runs a matmul of rms_norm_fp8's output as a float8 matmul.
+
+    python tools/fp8_matmul_hlo.py --out FILE [--rows N] [--d-model N] [--d-out N]
+
+Compiles, for the default backend, a function that normalises and quantises
+x with a given scale (``rms_norm_fp8(..., scale=)``) and multiplies the
+values, each times its scale, by a weight matrix quantised the same way: the
+pattern XLA's GPU compiler rewrites into a cuBLASLt float8 matmul (a ``dot``
+of two float8 arrays, each converted and multiplied by a scalar). Writes the
+device, JAX version, commit and date, the custom calls of the compiled HLO,
+whether one is a float8 matmul, and the HLO line of the matmul, to FILE.
+On a CPU the matmul stays a plain ``dot``.
+"""
+
+import argparse
+import datetime
+import json
+import pathlib
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+
+import gpu_ops
+from gpu_ops import float8
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "benchmarks"))
+from rms_norm_bench import commit  # noqa: E402  (GPU_OPS_COMMIT, else git's HEAD)
+
+#: What XLA's float8 matmul calls on NVIDIA GPUs are named.
+FP8_MATMUL = re.compile(r"cublas\$lt\$matmul\$f8")
+
+
+def normalise_and_project(x, weight, w8, w_scale, x_scale):
+    """y = rms_norm(x, weight) in float8 with x_scale, times w8 (float8, w_scale)."""
+    values, amax = gpu_ops.rms_norm_fp8(x, weight, scale=x_scale)
+    h = values.astype(jnp.bfloat16) * x_scale.astype(jnp.bfloat16)
+    w = w8.astype(jnp.bfloat16) * w_scale.astype(jnp.bfloat16)
+    return jnp.dot(h, w, preferred_element_type=jnp.float32).astype(jnp.bfloat16), amax
+
+
+def compiled_hlo(rows, d_model, d_out):
+    """The optimised HLO of normalise_and_project on the default backend."""
+    kx, kw = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(kx, (rows, d_model), jnp.bfloat16)
+    weight = jnp.ones((d_model,), jnp.bfloat16)
+    w = jax.random.normal(kw, (d_model, d_out), jnp.float32) / d_model ** 0.5
+    w_scale = jnp.max(jnp.abs(w)) / float8.FLOAT8_MAX
+    w8 = (w / w_scale).astype(jnp.float8_e4m3fn)
+    args = (x, weight, w8, w_scale, jnp.float32(8 / float8.FLOAT8_MAX))
+    return jax.jit(normalise_and_project).lower(*args).compile().as_text()
+
+
+def summary(hlo):
+    """The custom calls of `hlo`, and whether and where it runs a float8 matmul."""
+    targets = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
+    matmuls = [line.strip() for line in hlo.splitlines()
+               if FP8_MATMUL.search(line) or re.search(r"\bdot\(", line)]
+    return {"custom_call_targets": targets,
+            "fp8_matmul": any(FP8_MATMUL.search(t) for t in targets),
+            "matmul_lines": matmuls}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--rows", type=int, default=4096)
+    parser.add_argument("--d-model", type=int, default=2048)
+    parser.add_argument("--d-out", type=int, default=2048)
+    args = parser.parse_args(argv)
+    for name in ("rows", "d_model", "d_out"):
+        if getattr(args, name) < 16 or getattr(args, name) % 16:
+            parser.error(f"--{name.replace('_', '-')} must be a positive multiple of 16 "
+                         "(float8 matmuls take such sizes)")
+    if args.d_model % float8.GROUP:
+        parser.error(f"--d-model must be a multiple of {float8.GROUP}")
+    record = {"device": jax.devices()[0].device_kind, "jax_version": jax.__version__,
+              "commit": commit(),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "shape": {"rows": args.rows, "d_model": args.d_model, "d_out": args.d_out},
+              **summary(compiled_hlo(args.rows, args.d_model, args.d_out))}
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"{record['device']}: float8 matmul: {record['fp8_matmul']}; custom calls: "
+          f"{', '.join(record['custom_call_targets'])}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
