@@ -138,6 +138,25 @@ def test_residual_quantised_forward_handler_checks_the_sum():
         jax.block_until_ready(call(X128, W128, X128, eps=np.float64(1e-5)))
 
 
+QUANTISED_RESULTS = [_spec((4, 128), jnp.float8_e4m3fn), _spec((4,), jnp.float32),
+                     _spec((4, 1), jnp.float32)]
+
+
+@pytest.mark.parametrize("row_scales,message", [
+    (jnp.ones(3, jnp.float32), "row_scales has shape"),
+    (jnp.ones(4, jnp.bfloat16), "row_scales has dtype bfloat16"),
+], ids=["shape", "dtype"])
+@pytest.mark.parametrize("residual", [False, True], ids=["alone", "with a residual"])
+def test_scaled_quantised_forward_handlers_check_the_row_scales(row_scales, message, residual):
+    target = (ffi_targets.RESIDUAL_SCALED_FP8_FORWARD_TARGET if residual
+              else ffi_targets.SCALED_FP8_FORWARD_TARGET)
+    results = [*QUANTISED_RESULTS, *([_spec((4, 128), jnp.float32)] if residual else [])]
+    call = jax.ffi.ffi_call(target, results)
+    operands = (X128, W128, *((X128,) if residual else ()), row_scales)
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(call(*operands, eps=np.float64(1e-5)))
+
+
 @pytest.mark.parametrize("bad", ["dy_dtype", "inv_shape", "dweight_shape"])
 def test_backward_handler_rejects_mismatched_buffers(bad):
     dy = X.astype(jnp.float16) if bad == "dy_dtype" else X
