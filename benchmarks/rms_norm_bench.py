@@ -387,7 +387,15 @@ def main(argv=None):
         if wanted:
             cases = [case for case in cases if case[index] in wanted]
     if args.case:
-        asked = {(dtype, int(rows), int(row_len)) for dtype, rows, row_len in args.case}
+        try:
+            asked = {(dtype, int(rows), int(row_len)) for dtype, rows, row_len in args.case}
+        except ValueError:
+            parser.error(f"--case takes DTYPE ROWS ROW_LEN, ROWS and ROW_LEN whole numbers; "
+                         f"got {args.case}")
+        unknown = asked - set(cases)
+        if unknown:
+            parser.error(f"--case: {sorted(unknown)} are not among the {args.cases} cases "
+                         f"(after the other filters)")
         cases = [case for case in cases if case in asked]
     if args.compare_paths:
         timing = ["--repeats", str(args.repeats), "--calls", str(args.calls)]

@@ -285,3 +285,16 @@ def test_a_run_of_one_case(tmp_path):
                 "--case", dtype, str(rows), str(row_len)])
     records = json.loads(out.read_text())
     assert {(r["dtype"], r["rows"], r["row_len"]) for r in records} == {(dtype, rows, row_len)}
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the cases are a CPU's")
+@pytest.mark.parametrize("case,message", [
+    (["float32", "many", "16384"], "whole numbers"),
+    (["float32", "3", "16384"], "not among the main cases"),
+], ids=["not a number", "no such case"])
+def test_a_case_that_is_not_one_is_refused(capsys, case, message):
+    bench = _load("rms_norm_bench")
+    with pytest.raises(SystemExit):
+        bench.main(["--out", "/dev/null", "--case", *case])
+    assert message in capsys.readouterr().err
+
