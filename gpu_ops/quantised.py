@@ -73,7 +73,7 @@ def _straight_through(defined):
 def _straight_through_with_scale(defined):
     """`defined`'s y divided by the given scale (a column, (*rows, 1)),
     quantised and read back by jnp, its gradient y's; and its groups'
-    largest |y|, without one."""
+    largest |y| (the caller stops their gradient)."""
     def through(*operands_and_eps):
         *operands, column, eps = operands_and_eps
         y, *total = _as_tuple(defined(*operands, eps))
@@ -82,7 +82,7 @@ def _straight_through_with_scale(defined):
             float8.quantize_with(y, column)[0].astype(jnp.float32) * column)
         # read_back + 0, exactly, whose gradient is y's
         y_out = (read_back + (y32 - jax.lax.stop_gradient(y32))).astype(y.dtype)
-        return (y_out, jax.lax.stop_gradient(float8.group_largest(y)), *total)
+        return (y_out, float8.group_largest(y), *total)
     return through
 
 

@@ -159,23 +159,30 @@ def test_sharded_rows_give_the_one_device_answer(spec, axis_type, implementation
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
-def test_export_with_a_symbolic_batch(implementation):
+@pytest.mark.parametrize("scaled", [False, True], ids=["group scales", "a given scale"])
+def test_export_with_a_symbolic_batch(scaled, implementation):
     from jax import export
 
     (batch,) = export.symbolic_shape("b")
-    checks = [export.DisabledSafetyCheck.custom_call(name) for name in (
-        "gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_fp8_fwd")]
-    export_it = export.export(jax.jit(gpu_ops.rms_norm_fp8), platforms=["cpu", "cuda"],
-                              disabled_checks=checks)
+    target = "gpu_ops_rms_norm_fp8_scaled_fwd" if scaled else "gpu_ops_rms_norm_fp8_fwd"
+    checks = [export.DisabledSafetyCheck.custom_call(name)
+              for name in ("gpu_ops_rms_norm_fwd", target)]
+
+    def fp8(x, weight, scale):
+        return gpu_ops.rms_norm_fp8(x, weight, scale=scale)
+
+    export_it = export.export(jax.jit(fp8), platforms=["cpu", "cuda"], disabled_checks=checks)
+    scale_type = jax.ShapeDtypeStruct((), jnp.float32) if scaled else None
     types = (jax.ShapeDtypeStruct((batch, 256), jnp.float32),
-             jax.ShapeDtypeStruct((256,), jnp.float32))
+             jax.ShapeDtypeStruct((256,), jnp.float32), scale_type)
     if implementation == "pallas":
         with pytest.raises(NotImplementedError, match="implementation='pallas'.*symbolic"):
             export_it(*types)
         return
     restored = export.deserialize(export_it(*types).serialize())
-    x, weight, _ = _inputs((5, 256), jnp.float32, seed=5)
-    for got, want in zip(restored.call(x, weight), gpu_ops.rms_norm_fp8(x, weight)):
+    x, weight, _ = _inputs((5, 256), jnp.float32, seed=13 if scaled else 5)
+    scale = jnp.float32(0.02) if scaled else None
+    for got, want in zip(restored.call(x, weight, scale), fp8(x, weight, scale)):
         _assert_same_quantised(got, want, implementation)
 
 
@@ -381,30 +388,6 @@ def test_a_given_scale_on_sharded_rows_gives_the_one_device_answer(spec, axis_ty
     want = fp8(jax.device_put(x, devices[0]), jax.device_put(weight, devices[0]))
     _assert_same_quantised(values, want[0], implementation)
     assert float(amax) == float(want[1])  # the largest |y| of every device's rows
-
-
-def test_a_given_scale_exports_with_a_symbolic_batch(implementation):
-    from jax import export
-
-    (batch,) = export.symbolic_shape("b")
-    checks = [export.DisabledSafetyCheck.custom_call(name) for name in (
-        "gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_fp8_scaled_fwd")]
-
-    def fp8(x, weight, scale):
-        return gpu_ops.rms_norm_fp8(x, weight, scale=scale)
-
-    export_it = export.export(jax.jit(fp8), platforms=["cpu", "cuda"], disabled_checks=checks)
-    types = (jax.ShapeDtypeStruct((batch, 256), jnp.float32),
-             jax.ShapeDtypeStruct((256,), jnp.float32), jax.ShapeDtypeStruct((), jnp.float32))
-    if implementation == "pallas":
-        with pytest.raises(NotImplementedError, match="implementation='pallas'.*symbolic"):
-            export_it(*types)
-        return
-    restored = export.deserialize(export_it(*types).serialize())
-    x, weight, _ = _inputs((5, 256), jnp.float32, seed=13)
-    scale = jnp.float32(0.02)
-    for got, want in zip(restored.call(x, weight, scale), fp8(x, weight, scale)):
-        _assert_same_quantised(got, want, implementation)
 
 
 def test_a_given_scale_has_no_gradient(implementation):
