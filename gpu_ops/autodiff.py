@@ -106,11 +106,6 @@ rms_norm_residual_through_fp8_vjp.defvjp(_residual_through_fp8_forward,
                                          _residual_through_fp8_backward)
 
 
-def _read_back(values, column, dtype):
-    """The float8 values times their given scale (a column, (*rows, 1))."""
-    return (values.astype(jnp.float32) * column).astype(dtype)
-
-
 @partial(jax.custom_vjp, nondiff_argnums=(3,))
 def rms_norm_scaled_through_fp8_vjp(x, weight, column, eps):
     return _scaled_through_fp8_forward(x, weight, column, eps)[0]
@@ -118,7 +113,8 @@ def rms_norm_scaled_through_fp8_vjp(x, weight, column, eps):
 
 def _scaled_through_fp8_forward(x, weight, column, eps):
     values, inv_rms, largest = rms_norm_fp8_scaled_fwd_p.bind(x, weight, column[..., 0], eps=eps)
-    return (_read_back(values, column, weight.dtype), largest), (inv_rms, x, weight, column)
+    y = float8.dequantize_with(values, column, weight.dtype)
+    return (y, largest), (inv_rms, x, weight, column)
 
 
 def _scaled_through_fp8_backward(eps, saved, cotangents):
@@ -140,7 +136,7 @@ def rms_norm_residual_scaled_through_fp8_vjp(x, weight, residual, column, eps):
 def _residual_scaled_through_fp8_forward(x, weight, residual, column, eps):
     values, inv_rms, largest, total = rms_norm_fp8_scaled_fwd_p.bind(
         x, weight, residual, column[..., 0], eps=eps)
-    y = _read_back(values, column, weight.dtype)
+    y = float8.dequantize_with(values, column, weight.dtype)
     return (y, largest, total), (inv_rms, total, weight, column)
 
 

@@ -14,6 +14,7 @@ and rounded, saturating at +-448, and the tensor's own largest magnitude is
 returned for the next step's scale: :func:`quantize_with`.
 """
 
+import jax
 import jax.numpy as jnp
 
 GROUP = 128  # values of a row that share a scale
@@ -34,10 +35,25 @@ def quantize(y):
     return values.astype(jnp.float8_e4m3fn).reshape(y.shape), scales
 
 
+def _widened(values):
+    """float8 values in float32, as they were rounded. The barrier keeps XLA
+    from folding a conversion to float8 and this one back into nothing: its
+    GPU compiler, allowed excess precision by default, removes such chains of
+    conversions (its simplify-fp-conversions pass), and with them the
+    rounding to float8 that they stand for."""
+    return jax.lax.optimization_barrier(values).astype(jnp.float32)
+
+
 def dequantize(values, scales, dtype=jnp.float32):
     """The values that (values, scales) stand for, in `dtype`."""
-    groups = _grouped(values.astype(jnp.float32)) * scales[..., None]
+    groups = _grouped(_widened(values)) * scales[..., None]
     return groups.reshape(values.shape).astype(dtype)
+
+
+def dequantize_with(values, scale, dtype=jnp.float32):
+    """The values that float8 `values` quantised with one given `scale` (a
+    float32 that broadcasts against them) stand for, in `dtype`."""
+    return (_widened(values) * scale).astype(dtype)
 
 
 def group_largest(y):

@@ -79,7 +79,7 @@ def _straight_through_with_scale(defined):
         y, *total = _as_tuple(defined(*operands, eps))
         y32 = y.astype(jnp.float32)
         read_back = jax.lax.stop_gradient(
-            float8.quantize_with(y, column)[0].astype(jnp.float32) * column)
+            float8.dequantize_with(float8.quantize_with(y, column)[0], column))
         # read_back + 0, exactly, whose gradient is y's
         y_out = (read_back + (y32 - jax.lax.stop_gradient(y32))).astype(y.dtype)
         return (y_out, float8.group_largest(y), *total)

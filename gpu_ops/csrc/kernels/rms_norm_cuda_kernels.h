@@ -82,7 +82,7 @@ int64_t GridRowsResident(Kernel kernel, DType dtype, const Shape& shape,
                          int shared_bytes);
 int64_t SharedRowResident(DType dtype, const Shape& shape, int shared_bytes);
 
-// kFewRows, kRowPerBlock, kRowsPerBlock and kRowTeams.
+// kFewRows, kRowsPerBlock and kRowTeams.
 ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
                              const ForwardBuffers& b, RowGeometry g, double eps);
 ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
