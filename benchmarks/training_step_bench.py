@@ -20,7 +20,11 @@ Each variant is compiled and warmed up; then `repeats` rounds time `steps`
 steps of every variant in turn (one synchronisation per variant and round),
 so that a drift of the GPU's clocks falls on all variants alike. The median
 time per step over the rounds is reported, with tokens per second. On a
-machine without a GPU a tiny model runs, to show the method.
+GPU, `steps` more steps of each variant run under JAX's profiler, which
+gives the GPU's kernel time per step and the part of it in gpu_ops' kernels
+(the norms of the gpu_ops variants; jax.numpy's norms are fused into XLA's
+kernels, where a profile cannot tell them apart). On a machine without a
+GPU a tiny model runs, to show the method.
 """
 
 import argparse
@@ -30,6 +34,7 @@ import json
 import pathlib
 import statistics
 import sys
+import tempfile
 import time
 
 import jax
@@ -58,8 +63,39 @@ def step_function(norm, config):
     return jax.jit(step, donate_argnums=0)
 
 
-def run(config, steps, repeats, norms=tuple(NORMS)):
-    """{norm: (seconds per step of each round, first loss, last loss)}."""
+def kernel_milliseconds(profile, steps):
+    """(all kernels, gpu_ops' kernels) in milliseconds per step, from a
+    jax.profiler.ProfileData of `steps` steps: the events of the GPU planes'
+    stream lines, which are the kernels (and memsets) the GPU ran."""
+    every = ours = 0.0
+    for plane in profile.planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        for line in plane.lines:
+            if not line.name.startswith("Stream"):
+                continue
+            for event in line.events:
+                every += event.duration_ns
+                ours += event.duration_ns if "gpu_ops" in event.name else 0.0
+    return every / steps / 1e6, ours / steps / 1e6
+
+
+def profiled(state, tokens, steps):
+    """Runs `steps` steps of a variant's state (as run() keeps it) under the
+    profiler: (all kernels, gpu_ops' kernels) in milliseconds per step."""
+    with tempfile.TemporaryDirectory() as folder:
+        with jax.profiler.trace(folder):
+            for _ in range(steps):
+                state["params"], state["loss"] = state["step"](state["params"], tokens)
+            jax.block_until_ready(state["loss"])
+        trace, = pathlib.Path(folder).rglob("*.xplane.pb")
+        return kernel_milliseconds(jax.profiler.ProfileData.from_file(str(trace)), steps)
+
+
+def run(config, steps, repeats, norms=tuple(NORMS), profile=False):
+    """{norm: (seconds per step of each round, first loss, last loss,
+    (all kernels, gpu_ops' kernels) in ms per step or None)}; profile: also
+    run `steps` steps of each variant under the profiler."""
     tokens = jax.random.randint(jax.random.key(1), (config.batch, config.seq), 0, config.vocab)
     state = {}
     for name in norms:
@@ -76,7 +112,10 @@ def run(config, steps, repeats, norms=tuple(NORMS)):
                 s["params"], s["loss"] = s["step"](s["params"], tokens)
             jax.block_until_ready(s["loss"])
             s["times"].append((time.perf_counter() - start) / steps)
-    return {name: (s["times"], s["first_loss"], float(s["loss"])) for name, s in state.items()}
+    kernels = {name: profiled(s, tokens, steps) if profile else None
+               for name, s in state.items()}
+    return {name: (s["times"], s["first_loss"], float(s["loss"]), kernels[name])
+            for name, s in state.items()}
 
 
 def main(argv=None):
@@ -108,13 +147,19 @@ def main(argv=None):
               "config": dataclasses.asdict(config),
               "steps": args.steps, "repeats": args.repeats}
     records = []
-    for name, (times, first_loss, last_loss) in run(config, args.steps, args.repeats).items():
+    results = run(config, args.steps, args.repeats, profile=on_gpu)
+    for name, (times, first_loss, last_loss, kernels) in results.items():
         seconds = statistics.median(times)
-        records.append({**common, "norm": name, "median_ms": round(seconds * 1e3, 3),
-                        "tokens_per_s": round(tokens_per_step / seconds),
-                        "first_loss": first_loss, "last_loss": last_loss})
-        print(f"{name:9} {seconds * 1e3:9.3f} ms per step {tokens_per_step / seconds:12.0f} "
-              f"tokens/s  loss {first_loss:.4f} -> {last_loss:.4f}")
+        record = {**common, "norm": name, "median_ms": round(seconds * 1e3, 3),
+                  "tokens_per_s": round(tokens_per_step / seconds),
+                  "first_loss": first_loss, "last_loss": last_loss}
+        line = (f"{name:16} {seconds * 1e3:9.3f} ms per step {tokens_per_step / seconds:9.0f} "
+                f"tokens/s  loss {first_loss:.4f} -> {last_loss:.4f}")
+        if kernels:
+            record["kernel_ms"], record["gpu_ops_kernel_ms"] = (round(k, 3) for k in kernels)
+            line += f"  kernels {kernels[0]:.2f} ms, gpu_ops' {kernels[1]:.2f} ms"
+        records.append(record)
+        print(line)
     out.write_text(json.dumps(records, indent=1) + "\n")
     print(f"wrote {len(records)} records to {out}")
 

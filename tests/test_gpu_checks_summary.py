@@ -74,7 +74,7 @@ def test_a_run_cut_off_says_so(tmp_path):
     cut = _run(tmp_path / "cut", "c36ca84", build_and_tests="==> Running\n.....")
     _, checks = _tool().run_summary(cut)
     assert checks == [{"check": "tests", "commit": "c36ca84", "date": "2026-11-25T17:58:31Z",
-                       "selection": '-k "not hijax"', "hypothesis_profile": "long",
+                       "jax": "0.11.2", "selection": '-k "not hijax"', "hypothesis_profile": "long",
                        "completed": False}]
 
 

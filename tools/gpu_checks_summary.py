@@ -6,9 +6,9 @@ Each OUTDIR is one tools/gpu_checks.sh run (a long check is split over
 several, by step and by test selection); each holds its environment.txt and
 the logs of the steps it ran. The summary keeps what a reader needs and no
 log: the machine (from the last run), and for every step of every run its
-commit, date and test selection, its counts (passed, failed, skipped, ...),
-the names of failed tests, compute-sanitizer's error counts per tool, and
-whether XLA ran the float8 norm's matmul as a float8 matmul.
+commit, date, JAX version and test selection, its counts (passed, failed,
+skipped, ...), the names of failed tests, compute-sanitizer's error counts
+per tool, and whether XLA ran the float8 norm's matmul as a float8 matmul.
 """
 
 import argparse
@@ -71,7 +71,7 @@ def sanitizer_counts(log):
 def run_summary(outdir):
     """The checks of one gpu_checks.sh run."""
     env = environment((outdir / "environment.txt").read_text())
-    common = {k: env[k] for k in ("commit", "date") if k in env}
+    common = {k: env[k] for k in ("commit", "date", "jax") if k in env}
     checks = []
     if (log := outdir / "build_and_tests.log").exists():
         checks.append({"check": "tests", **common,
