@@ -14,9 +14,8 @@
 //   one row of partial sums, and a small kernel adds the partial rows;
 // - loads stay in flight: in the forward of rows a block holds, each
 //   thread loads its vectors of several rows into registers at once
-//   (FastForwardKernel; blocks of 1024 threads take one row each and fit
-//   two to an SM, RowForwardKernel); where a row takes
-//   a cluster, and in the backward, rows stream into a ring of shared-memory
+//   (FastForwardKernel); where a row takes a cluster, and in the
+//   backward, rows stream into a ring of shared-memory
 //   slots by asynchronous copies (cp.async), two rows ahead of the one a
 //   team works on, and each team works through many rows;
 // - a team's sum costs one barrier: each warp adds up the team's warp sums
