@@ -70,7 +70,8 @@ CPU_CASES = [("bfloat16", 256, 1_024), ("float32", 256, 1_024), ("float32", 32, 
 PATH_CASES = [
     ("bfloat16", 1, 4_096), ("bfloat16", 512, 1_024),  # few rows
     ("bfloat16", 16_384, 1_024),  # rows a block holds
-    ("bfloat16", 512, 65_536), ("bfloat16", 256, 131_072),  # a row a cluster
+    ("bfloat16", 1_024, 32_768), ("bfloat16", 512, 65_536),  # a row a cluster
+    ("bfloat16", 256, 131_072),
     ("bfloat16", 1, 262_144), ("bfloat16", 32, 262_144), ("float32", 32, 262_144),  # grid
     ("bfloat16", 128, 262_144),  # a row in a cluster's shared memory
     ("float32", 64, 262_144),  # rows split over many blocks
