@@ -11,6 +11,7 @@ TOOL = pathlib.Path(__file__).parents[1] / "tools" / "gpu_checks_summary.py"
 ENVIRONMENT = """date: 2026-11-25T17:58:31Z
 commit: {commit}
 pytest selection: -k "not hijax"
+test processes: 8
 hypothesis profile: long
 NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB
 Cuda compilation tools, release 13.0, V13.0.88
@@ -61,6 +62,7 @@ def test_runs_merge_into_one_summary_without_logs(tmp_path):
     assert summary["machine"]["jax"] == "0.11.2" and summary["machine"]["nvcc"] == "13.0"
     tests_check, nbval, sanitizer = summary["checks"]
     assert tests_check["commit"] == "c36ca84" and tests_check["selection"] == '-k "not hijax"'
+    assert tests_check["processes"] == 8
     assert (tests_check["passed"], tests_check["failed"], tests_check["skipped"]) == (312, 3, 3)
     assert tests_check["failures"] == [
         "tests/test_gpu.py::test_a[primitives]", "tests/test_gpu.py::test_b[primitives]",
@@ -75,7 +77,7 @@ def test_a_run_cut_off_says_so(tmp_path):
     _, checks = _tool().run_summary(cut)
     assert checks == [{"check": "tests", "commit": "c36ca84", "date": "2026-11-25T17:58:31Z",
                        "jax": "0.11.2", "selection": '-k "not hijax"', "hypothesis_profile": "long",
-                       "completed": False}]
+                       "processes": 8, "completed": False}]
 
 
 def test_a_folder_that_is_no_run_is_refused(tmp_path, capsys):

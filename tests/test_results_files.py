@@ -14,9 +14,6 @@ BENCHMARK_FILES = sorted(p for p in (RESULTS / "benchmarks").glob("*.json")
                          if not p.name.startswith(("multi_gpu_", "training_step_")))
 #: What the harness times on a GPU.
 GPU_IMPLS = {"gpu_ops", "apex_seed", "pallas", "xla"}
-#: Files from runs before the harness timed the Pallas kernels; a device's
-#: next full run replaces its file and leaves this list.
-PREDATES_PALLAS = {"nvidia-h200.json": {"pallas"}}
 FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "rows", "row_len",
           "median_us", "bytes", "gbps", "copy_gbps"}
 
@@ -46,10 +43,9 @@ def test_a_device_file_is_one_whole_run_of_every_case(path):
             assert record[key] == records[0][key], key
     timed = {(r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]) for r in records}
     assert len(timed) == len(records)  # no case twice
-    impls = GPU_IMPLS - PREDATES_PALLAS.get(path.name, set())
     expected = {(op, impl, dtype, rows, row_len)
                 for dtype, rows, row_len in bench.GPU_CASES
-                for op in ("fwd", "fwd_bwd") for impl in impls}
+                for op in ("fwd", "fwd_bwd") for impl in GPU_IMPLS}
     assert timed == expected
 
 

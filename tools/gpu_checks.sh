@@ -11,6 +11,8 @@
 # GPU_CHECKS_SANITIZERS="memcheck racecheck" runs only those tools (default:
 # all four; the sanitizer log is appended to). GPU_CHECKS_CLEAN=0 keeps the build
 # of an earlier call on the same machine instead of building from a clean tree.
+# GPU_CHECKS_WORKERS=N runs the test suite in N processes (pytest-xdist) that
+# share the GPU.
 # GPU machines have no jupyter-book, so the book build and its tests are skipped;
 # the Python packages the tests and chapters need beyond the machine's own
 # come as wheels in .whl/ (tools/gpu_wheels.sh).
@@ -22,6 +24,7 @@ export PYTHONUNBUFFERED=1
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: ${GPU_OPS_COMMIT:-$(git rev-parse --verify -q HEAD || echo "unknown (pass GPU_OPS_COMMIT)")}"
   echo "pytest selection: ${PYTEST_ADDOPTS:-}"
+  echo "test processes: ${GPU_CHECKS_WORKERS:-1}"
   echo "hypothesis profile: ${GPU_OPS_HYPOTHESIS_PROFILE:-long}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -n 2
@@ -39,10 +42,18 @@ steps=" ${GPU_CHECKS_STEPS:-tests chapters sanitizers fp8} "
 tests_status=0 chapters_status=0 sanitizer_status=0
 if [[ $steps == *" tests "* ]]; then
   [ "${GPU_CHECKS_CLEAN:-1}" = 0 ] || rm -rf build
+  parallel=()
+  if [ "${GPU_CHECKS_WORKERS:-0}" -gt 0 ]; then
+    # Each process takes GPU memory as it goes and hands it back when freed
+    # (the platform allocator): XLA's own allocator keeps what it once took,
+    # and the processes together would hold more than the GPU has.
+    parallel=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform
+              PYTEST_ADDOPTS="-n $GPU_CHECKS_WORKERS --dist load ${PYTEST_ADDOPTS:-}")
+  fi
   # The property test draws many more cases here than in CI; the seed's
   # kernels, the benchmarks' baseline, are built too (a test runs them).
   GPU_OPS_HYPOTHESIS_PROFILE=${GPU_OPS_HYPOTHESIS_PROFILE:-long} GPU_OPS_APEX_SEED=1 \
-  GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} ./build.sh test 2>&1 |
+  GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} "${parallel[@]}" ./build.sh test 2>&1 |
     tee "$out/build_and_tests.log"
   tests_status=${PIPESTATUS[0]}
 fi

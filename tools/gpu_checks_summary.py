@@ -6,7 +6,7 @@ Each OUTDIR is one tools/gpu_checks.sh run (a long check is split over
 several, by step and by test selection); each holds its environment.txt and
 the logs of the steps it ran. The summary keeps what a reader needs and no
 log: the machine (from the last run), and for every step of every run its
-commit, date, JAX version and test selection, its counts (passed, failed,
+commit, date, JAX version, test selection and processes, its counts (passed, failed,
 skipped, ...), the names of failed tests, compute-sanitizer's error counts
 per tool, and whether XLA ran the float8 norm's matmul as a float8 matmul.
 """
@@ -26,7 +26,7 @@ def environment(text):
     fields = {"devices": [line for line in lines if line.startswith("device ")]}
     for line in lines:
         key, _, value = line.partition(": ")
-        if key in ("date", "commit", "pytest selection", "hypothesis profile"):
+        if key in ("date", "commit", "pytest selection", "hypothesis profile", "test processes"):
             fields[key.replace(" ", "_")] = value
         elif line.startswith("NVIDIA "):
             fields["gpu"], fields["driver"], fields["memory"] = line.split(", ")
@@ -77,6 +77,8 @@ def run_summary(outdir):
         checks.append({"check": "tests", **common,
                        "selection": env.get("pytest_selection", ""),
                        "hypothesis_profile": env.get("hypothesis_profile", ""),
+                       **({"processes": int(env["test_processes"])}
+                          if "test_processes" in env else {}),
                        **pytest_counts(log.read_text())})
     if (log := outdir / "nbval.log").exists():
         checks.append({"check": "chapters (nbval)", **common, **pytest_counts(log.read_text())})
