@@ -96,3 +96,17 @@ def test_the_float8_matmul_check_is_summarised(tmp_path):
     assert check["check"] == "fp8 matmul" and check["commit"] == "e52ac34"
     assert check["fp8_matmul"] is True and check["shape"] == {"rows": 4096}
     assert check["custom_call_targets"] == ["__cublas$lt$matmul$f8"]
+
+
+def test_the_collectives_of_a_mesh_of_gpus_are_kept(tmp_path):
+    run = _run(tmp_path / "sharding", "1262d16")
+    programs = {"shard_map, forward": [],
+                "custom_partitioning, gradient": ["%psum.5 = f32[512,512]{1,0} all-reduce(%x)"]}
+    (run / "sharding_hlo.json").write_text(json.dumps(
+        {"devices": 4, "device_kind": "NVIDIA H200", "jax": "0.11.2",
+         "x": "f32[16,512,512] sharded by rows", "programs": programs}))
+    env, (check,) = _tool().run_summary(run)
+    assert env["gpus"] == 1  # the one nvidia-smi line of ENVIRONMENT
+    assert check == {"check": "sharding collectives", "commit": "1262d16",
+                     "date": "2026-11-25T17:58:31Z", "jax": "0.11.2", "devices": 4,
+                     "x": "f32[16,512,512] sharded by rows", "programs": programs}

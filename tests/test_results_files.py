@@ -89,6 +89,7 @@ def test_a_training_step_file_is_one_run_of_every_norm(path):
 def test_every_gpu_machine_summary_says_what_ran_where():
     summaries = sorted((RESULTS / "gpu").glob("*.json"))
     assert summaries
+    assert summaries == sorted((RESULTS / "gpu").iterdir())  # summaries, no logs
     for path in summaries:
         summary = json.loads(path.read_text())
         assert summary["machine"]["gpu"].startswith("NVIDIA H"), path
@@ -98,24 +99,13 @@ def test_every_gpu_machine_summary_says_what_ran_where():
             assert re.fullmatch(r"[0-9a-f]{7,40}", check["commit"]), (path, check)
             assert re.match(r"20\d\d-\d\d-\d\dT", check["date"]), (path, check)
             assert check["check"] in ("tests", "chapters (nbval)", "compute-sanitizer",
-                                      "fp8 matmul"), path
+                                      "fp8 matmul", "sharding collectives"), path
             if check["check"] == "compute-sanitizer":
                 assert check["tools"], (path, check)
+            elif check["check"] == "sharding collectives":
+                assert check["devices"] > 1 and check["programs"], (path, check)
             elif check["check"] == "fp8 matmul":
                 assert isinstance(check["fp8_matmul"], bool) and check["matmul_lines"], path
             else:
                 assert check["completed"] and check["passed"] > 0, (path, check)
                 assert len(check["failures"]) == check.get("failed", 0), (path, check)
-
-
-def test_every_gpu_machine_folder_says_what_ran_where():
-    # The folders of logs that predate the summaries, until each machine's
-    # next run replaces its folder with its file.
-    folders = sorted(p for p in (RESULTS / "gpu").iterdir() if p.is_dir())
-    assert not {f.name for f in folders} & {p.stem for p in (RESULTS / "gpu").glob("*.json")}
-    for folder in folders:
-        environment = (folder / "environment.txt").read_text()
-        assert re.search(r"^date: 20\d\d-", environment, re.M), folder
-        assert re.search(r"^commit: [0-9a-f]{7,40}", environment, re.M), folder
-        assert "NVIDIA H" in environment and "jax 0." in environment, folder
-        assert (folder / "README.md").is_file(), folder

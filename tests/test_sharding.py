@@ -4,6 +4,11 @@ On a machine with several GPUs the meshes use all of them; otherwise the 8
 virtual CPU devices (conftest.py).
 """
 
+import importlib.util
+import json
+import pathlib
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -350,3 +355,21 @@ def test_upstream_nested_shard_maps_over_explicit_axes_differentiate():
     with jax.set_mesh(mesh):
         x = jax.device_put(jnp.ones((16, 4)), NamedSharding(mesh, P(("data", "model"))))
         jax.jit(jax.grad(loss))(x)
+
+
+@pytest.mark.skipif(len(jax.devices()) < 2, reason="one device: nothing to gather")
+def test_the_collectives_tool_finds_a_gather_only_without_a_partitioning_rule(tmp_path):
+    # tools/sharding_hlo.py, which the GPU checks run on a mesh of several GPUs
+    path = pathlib.Path(__file__).parents[1] / "tools" / "sharding_hlo.py"
+    spec = importlib.util.spec_from_file_location("sharding_hlo", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.main(tmp_path / "found.json")
+    found = json.loads((tmp_path / "found.json").read_text())
+    assert found["devices"] == len(jax.devices())
+    kinds = {title: [re.search(r"(all-gather|all-reduce|all-to-all|collective-permute)",
+                               line).group(1) for line in lines]
+             for title, lines in found["programs"].items()}
+    assert kinds == {"naive (the per-device primitive under jit), forward": ["all-gather"],
+                     "shard_map, forward": [], "custom_partitioning, forward": [],
+                     "custom_partitioning, gradient": ["all-reduce"]}

@@ -7,7 +7,9 @@
 # It writes OUTDIR/summary.json (tools/gpu_checks_summary.py) beside the logs.
 # To split a run over calls of limited length (on one machine, which keeps
 # the build): GPU_CHECKS_STEPS chooses among "tests" (the build and the test
-# suite), "chapters", "sanitizers" and "fp8" (default: all four, in that order), and
+# suite), "chapters", "sanitizers", "fp8" and "sharding" (the collectives XLA
+# compiles for a mesh of the machine's GPUs, tools/sharding_hlo.py; default:
+# all five in that order, "sharding" only where there are several GPUs), and
 # GPU_CHECKS_SANITIZERS="memcheck racecheck" runs only those tools (default:
 # all four; the sanitizer log is appended to). GPU_CHECKS_CLEAN=0 keeps the build
 # of an earlier call on the same machine instead of building from a clean tree.
@@ -38,7 +40,9 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-steps=" ${GPU_CHECKS_STEPS:-tests chapters sanitizers fp8} "
+default_steps="tests chapters sanitizers fp8"
+[ "$(nvidia-smi --list-gpus | wc -l)" -gt 1 ] && default_steps+=" sharding"
+steps=" ${GPU_CHECKS_STEPS:-$default_steps} "
 tests_status=0 chapters_status=0 sanitizer_status=0
 if [[ $steps == *" tests "* ]]; then
   [ "${GPU_CHECKS_CLEAN:-1}" = 0 ] || rm -rf build
@@ -88,9 +92,14 @@ if [[ $steps == *" fp8 "* ]]; then
   python3 tools/fp8_matmul_hlo.py --out "$out/fp8_matmul.json" 2>&1 | tee "$out/fp8_matmul.log"
   fp8_status=${PIPESTATUS[0]}
 fi
+sharding_status=0
+if [[ $steps == *" sharding "* ]]; then
+  python3 tools/sharding_hlo.py "$out/sharding_hlo.json" 2>&1 | tee "$out/sharding_hlo.log"
+  sharding_status=${PIPESTATUS[0]}
+fi
 # The run's short summary (tools/gpu_checks_summary.py merges several runs
 # into a machine's results file).
 python3 tools/gpu_checks_summary.py --out "$out/summary.json" "$out"
 echo "tests: $tests_status, chapters: $chapters_status, sanitizer: $sanitizer_status," \
-  "fp8 matmul check: $fp8_status"
-exit $(( tests_status || chapters_status || sanitizer_status || fp8_status ))
+  "fp8 matmul check: $fp8_status, sharding: $sharding_status"
+exit $(( tests_status || chapters_status || sanitizer_status || fp8_status || sharding_status ))

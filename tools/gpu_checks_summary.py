@@ -8,7 +8,8 @@ the logs of the steps it ran. The summary keeps what a reader needs and no
 log: the machine (from the last run), and for every step of every run its
 commit, date, JAX version, test selection and processes, its counts (passed, failed,
 skipped, ...), the names of failed tests, compute-sanitizer's error counts
-per tool, and whether XLA ran the float8 norm's matmul as a float8 matmul.
+per tool, whether XLA ran the float8 norm's matmul as a float8 matmul, and
+the collectives XLA compiled for a mesh of the machine's GPUs.
 """
 
 import argparse
@@ -23,7 +24,8 @@ COUNTS = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed", "desele
 def environment(text):
     """The fields of an environment.txt that gpu_checks.sh wrote."""
     lines = text.splitlines()
-    fields = {"devices": [line for line in lines if line.startswith("device ")]}
+    fields = {"devices": [line for line in lines if line.startswith("device ")],
+              "gpus": sum(line.startswith("NVIDIA ") for line in lines)}
     for line in lines:
         key, _, value = line.partition(": ")
         if key in ("date", "commit", "pytest selection", "hypothesis profile", "test processes"):
@@ -90,6 +92,10 @@ def run_summary(outdir):
         checks.append({"check": "fp8 matmul", **common,
                        **{k: record[k] for k in ("shape", "fp8_matmul", "custom_call_targets",
                                                   "matmul_lines")}})
+    if (found := outdir / "sharding_hlo.json").exists():
+        record = json.loads(found.read_text())
+        checks.append({"check": "sharding collectives", **common,
+                       **{k: record[k] for k in ("devices", "x", "programs")}})
     return env, checks
 
 
@@ -98,7 +104,7 @@ def summary(outdirs):
     for outdir in outdirs:
         env, run_checks = run_summary(pathlib.Path(outdir))
         checks += run_checks
-    machine = {k: env[k] for k in ("gpu", "driver", "memory", "nvcc", "python", "jax",
+    machine = {k: env[k] for k in ("gpu", "gpus", "driver", "memory", "nvcc", "python", "jax",
                                    "devices") if k in env}
     return {"machine": machine, "checks": checks}
 

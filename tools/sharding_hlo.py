@@ -1,13 +1,16 @@
 """The collectives XLA compiles for chapter 7's three ways of sharding RMS norm.
 
-    python tools/sharding_hlo.py OUT.txt
+    python tools/sharding_hlo.py OUT.json
 
-Run on a machine with several GPUs; the sharding chapter shows the file. Each
-section lists the collective operations in the compiled program (none, for
-the forward with shard_map or custom_partitioning; one all-reduce of the
-weight gradient for the gradient with custom_partitioning).
+Run on a machine with several GPUs (tools/gpu_checks.sh's "sharding" step);
+the machine's GPU-checks summary keeps what it found and the sharding
+chapter shows it. For each program it lists the collective operations in
+the compiled HLO (none, for the forward with shard_map or
+custom_partitioning; one all-reduce of the weight gradient for the gradient
+with custom_partitioning).
 """
 
+import json
 import sys
 
 import jax
@@ -45,14 +48,13 @@ def main(out):
         "custom_partitioning, forward": (gpu_ops.rms_norm, (x, weight)),
         "custom_partitioning, gradient": (grad, (x, weight, dy)),
     }
-    lines = [f"{n} x {devices[0].device_kind}, JAX {jax.__version__}; "
-             f"x: f32[{n * 4},512,512] sharded by rows"]
-    for title, (fn, args) in sections.items():
-        found = collectives(fn, *args)
-        lines += [f"== {title}: {len(found)} collective(s)", *found]
+    found = {"devices": n, "device_kind": devices[0].device_kind, "jax": jax.__version__,
+             "x": f"f32[{n * 4},512,512] sharded by rows",
+             "programs": {title: collectives(fn, *args) for title, (fn, args) in sections.items()}}
     with open(out, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        json.dump(found, f, indent=1)
+    for title, lines in found["programs"].items():
+        print(f"== {title}: {len(lines)} collective(s)", *lines, sep="\n")
 
 
 if __name__ == "__main__":
