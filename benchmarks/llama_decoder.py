@@ -5,9 +5,12 @@ SwiGLU MLP, a final norm and a language-model head, trained for next-token
 prediction. Every norm of the model is `norm(x, weight)` or, where a
 block's update joins the residual stream first, `norm(update, weight,
 residual=x)`, which returns the normalised sum and the sum (the signature of
-gpu_ops.rms_norm; :func:`unfused` gives it to any plain norm). So the
-training step can be timed with different norm implementations, the add
-fused into the norm or not, and the rest of the model unchanged
+gpu_ops.rms_norm; :func:`unfused` gives it to any plain norm). The matmuls
+that take a norm's output (the attention's query, key and value projections
+and the MLP's two input projections) are `project(h, w)`, `h @ w` unless
+given. So the training step can be timed with different norm
+implementations, the add fused into the norm or not, their output quantised
+for float8 matmuls or not, and the rest of the model unchanged
 (training_step_bench.py).
 """
 
@@ -87,26 +90,28 @@ def add_then_norm(norm, x, update, weight):
     return norm(update, weight, residual=x)
 
 
-def block(x, update, layer, norm, config):
+def block(x, update, layer, norm, config, project=jnp.matmul):
     """The residual stream x with the last block's `update` still to be added
     (None before the first block): (the stream, this block's update)."""
     h, x = add_then_norm(norm, x, update, layer["attn_norm"])
     batch, seq, d = x.shape
     heads = (batch, seq, config.heads, config.head_dim)
-    q = rotary((h @ layer["wq"]).reshape(heads))
-    k = rotary((h @ layer["wk"]).reshape(heads))
-    v = (h @ layer["wv"]).reshape(heads)
+    q = rotary(project(h, layer["wq"]).reshape(heads))
+    k = rotary(project(h, layer["wk"]).reshape(heads))
+    v = project(h, layer["wv"]).reshape(heads)
     attention = jax.nn.dot_product_attention(q, k, v, is_causal=True)
     h, x = add_then_norm(norm, x, attention.reshape(batch, seq, d) @ layer["wo"],
                          layer["mlp_norm"])
-    return x, (jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])) @ layer["w_down"]
+    mlp = jax.nn.silu(project(h, layer["w_gate"])) * project(h, layer["w_up"])
+    return x, mlp @ layer["w_down"]
 
 
-def loss(params, tokens, norm, config):
-    """Mean next-token cross entropy (in float32) of tokens (batch, seq)."""
+def loss(params, tokens, norm, config, project=jnp.matmul):
+    """Mean next-token cross entropy (in float32) of tokens (batch, seq). The
+    language-model head stays a plain matmul, as float8 recipes keep it."""
     x, update = params["embed"][tokens], None
     for layer in params["layers"]:
-        x, update = block(x, update, layer, norm, config)
+        x, update = block(x, update, layer, norm, config, project)
     h, _ = add_then_norm(norm, x, update, params["final_norm"])
     logits = (h @ params["lm_head"]).astype(jnp.float32)
     log_probs = jax.nn.log_softmax(logits[:, :-1])
@@ -114,8 +119,8 @@ def loss(params, tokens, norm, config):
     return -jnp.mean(jnp.take_along_axis(log_probs, targets, axis=-1))
 
 
-def train_step(params, tokens, norm, config, learning_rate=1e-3):
+def train_step(params, tokens, norm, config, project=jnp.matmul, learning_rate=1e-3):
     """One SGD step: (new params, loss)."""
-    value, grads = jax.value_and_grad(loss)(params, tokens, norm, config)
+    value, grads = jax.value_and_grad(loss)(params, tokens, norm, config, project)
     params = jax.tree.map(lambda p, g: (p - learning_rate * g).astype(p.dtype), params, grads)
     return params, value

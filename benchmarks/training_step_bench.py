@@ -12,6 +12,9 @@ computing its norms:
 - "gpu_ops": gpu_ops.rms_norm, a custom call XLA cannot fuse into anything,
   after the residual add;
 - "gpu_ops_residual": gpu_ops.rms_norm with the residual add in its kernel;
+- "gpu_ops_fp8": that norm's output quantised to float8 in the kernel, with
+  one fixed scale (gpu_ops.rms_norm_through_fp8), and the matmuls that take
+  it run in float8 (fp8_projection.py);
 - "identity": no norms at all (x passes through). No norm can make the step
   faster than this, so the gap between "jnp" and "identity" bounds what any
   norm implementation can save.
@@ -41,25 +44,46 @@ import jax
 import jax.numpy as jnp
 
 import gpu_ops
+from gpu_ops import float8
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import fp8_projection  # noqa: E402
 import llama_decoder  # noqa: E402
 import rms_norm_bench  # noqa: E402
+
+#: The float8 variant's scale for every norm output: magnitudes up to 8 are
+#: represented, larger ones saturate. (Training recipes derive it from the
+#: largest magnitudes of earlier steps; a fixed one costs the same.)
+FP8_SCALE = 8 / float8.FLOAT8_MAX
+
+
+def fp8_norm(x, weight, residual=None):
+    """gpu_ops.rms_norm's signature, its output quantised to float8 and read back."""
+    if residual is None:
+        return gpu_ops.rms_norm_through_fp8(x, weight, scale=FP8_SCALE)[0]
+    y, _, total = gpu_ops.rms_norm_through_fp8(x, weight, residual=residual, scale=FP8_SCALE)
+    return y, total
+
 
 NORMS = {
     "jnp": llama_decoder.unfused(rms_norm_bench.xla_rms_norm),
     "gpu_ops": llama_decoder.unfused(gpu_ops.rms_norm),
     "gpu_ops_residual": gpu_ops.rms_norm,
+    "gpu_ops_fp8": fp8_norm,
     "identity": llama_decoder.unfused(lambda x, weight: x),
 }
+#: The variants whose norm outputs go into float8 matmuls; the others' into h @ w.
+PROJECTIONS = {"gpu_ops_fp8": fp8_projection.project}
 #: A model small enough for a CPU, to show the method.
-CPU_CONFIG = llama_decoder.DecoderConfig(layers=2, d_model=64, heads=4, ffn=128, vocab=256,
+CPU_CONFIG = llama_decoder.DecoderConfig(layers=2, d_model=128, heads=4, ffn=256, vocab=256,
                                          batch=2, seq=32, dtype="float32")
 
 
-def step_function(norm, config):
+def step_function(name, config):
+    norm, project = NORMS[name], PROJECTIONS.get(name, jnp.matmul)
+
     def step(params, tokens):
-        return llama_decoder.train_step(params, tokens, norm, config)
+        return llama_decoder.train_step(params, tokens, norm, config, project)
     return jax.jit(step, donate_argnums=0)
 
 
@@ -99,7 +123,7 @@ def run(config, steps, repeats, norms=tuple(NORMS), profile=False):
     tokens = jax.random.randint(jax.random.key(1), (config.batch, config.seq), 0, config.vocab)
     state = {}
     for name in norms:
-        step = step_function(NORMS[name], config)
+        step = step_function(name, config)
         params = llama_decoder.init_params(config, jax.random.key(0))
         params, first_loss = step(params, tokens)  # compile and warm up
         params, loss = jax.block_until_ready(step(params, tokens))

@@ -26,6 +26,10 @@ def test_on_a_cpu_the_matmul_is_a_plain_dot(tmp_path):
     assert "gpu_ops_rms_norm_fp8_scaled_fwd" in record["custom_call_targets"]
     assert record["fp8_matmul"] is False
     assert any("dot(" in line for line in record["matmul_lines"])
+    through = record["through_fp8"]  # the training step's route
+    assert "gpu_ops_rms_norm_fp8_scaled_fwd" in through["custom_call_targets"]
+    assert through["fp8_matmul"] is False
+    assert any("dot(" in line for line in through["matmul_lines"])
 
 
 def test_a_float8_matmul_call_is_recognised():

@@ -4,11 +4,15 @@ import importlib.util
 import json
 import pathlib
 
+import sys
+
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 BENCH = pathlib.Path(__file__).parents[1] / "benchmarks" / "training_step_bench.py"
-TINY = ["--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "128", "--vocab", "256",
+TINY = ["--layers", "2", "--d-model", "128", "--heads", "4", "--ffn", "256", "--vocab", "256",
         "--batch", "2", "--seq", "32"]
 
 
@@ -28,7 +32,7 @@ def records(tmp_path_factory):
 
 
 def test_every_norm_is_timed(records):
-    assert set(records) == {"jnp", "gpu_ops", "gpu_ops_residual", "identity"}
+    assert set(records) == {"jnp", "gpu_ops", "gpu_ops_residual", "gpu_ops_fp8", "identity"}
     for r in records.values():
         assert r["median_ms"] > 0 and r["tokens_per_s"] > 0
         assert r["config"]["batch"] * r["config"]["seq"] == 64
@@ -36,10 +40,11 @@ def test_every_norm_is_timed(records):
 
 def test_gpu_ops_norms_train_the_same_model_as_jnp(records):
     # same parameters and tokens: the same first loss, and all learn
-    for norm in ("gpu_ops", "gpu_ops_residual"):
+    # (quantised to float8, the norms' outputs move the loss a little)
+    for norm in ("gpu_ops", "gpu_ops_residual", "gpu_ops_fp8"):
         assert records[norm]["first_loss"] == pytest.approx(records["jnp"]["first_loss"],
                                                             rel=1e-2)
-    for norm in ("jnp", "gpu_ops", "gpu_ops_residual"):
+    for norm in ("jnp", "gpu_ops", "gpu_ops_residual", "gpu_ops_fp8"):
         assert records[norm]["last_loss"] < records[norm]["first_loss"]
     # without norms it is another model
     assert records["identity"]["first_loss"] != pytest.approx(records["jnp"]["first_loss"],
@@ -94,3 +99,23 @@ def test_sizes_that_make_no_model_are_refused(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--out", "/dev/null", *TINY, "--heads", "5"])
     assert "multiple of --heads" in capsys.readouterr().err
+
+
+def test_a_float8_projection_is_the_matmul_rounded_with_its_gradient():
+    sys.path.insert(0, str(BENCH.parent))
+    import fp8_projection
+    kh, kw, kd = jax.random.split(jax.random.key(4), 3)
+    h = jax.random.normal(kh, (2, 8, 128), jnp.bfloat16)
+    w = (jax.random.normal(kw, (128, 32), jnp.float32) / 11).astype(jnp.bfloat16)
+    dy = jax.random.normal(kd, (2, 8, 32), jnp.bfloat16)
+    y, pullback = jax.vjp(fp8_projection.project, h, w)
+    h64, w64, dy64 = (np.float64(a) for a in (h, w, dy))
+    exact = h64 @ w64
+    assert y.dtype == jnp.bfloat16 and y.shape == exact.shape
+    error = np.abs(np.float64(y) - exact).max()
+    assert 0 < error < 0.1 * np.abs(exact).max()  # w rounded to float8 (3 bits)
+    dh, dw = pullback(dy)  # straight through both roundings: those of h @ w
+    assert dh.dtype == dw.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.float64(dh), dy64 @ w64.T, rtol=2**-7, atol=1e-3)
+    np.testing.assert_allclose(np.float64(dw), np.einsum("bsi,bso->io", h64, dy64),
+                               rtol=2**-7, atol=1e-3)

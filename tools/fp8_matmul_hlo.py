@@ -8,8 +8,11 @@ values, each times its scale, by a weight matrix quantised the same way: the
 pattern XLA's GPU compiler rewrites into a cuBLASLt float8 matmul (a ``dot``
 of two float8 arrays, each converted and multiplied by a scalar). Writes the
 device, JAX version, commit and date, the custom calls of the compiled HLO,
-whether one is a float8 matmul, and the HLO line of the matmul, to FILE.
-On a CPU the matmul stays a plain ``dot``.
+whether one is a float8 matmul, and the HLO line of the matmul, to FILE;
+and the same for the route a training step takes (``through_fp8``): the
+differentiable ``rms_norm_through_fp8`` and benchmarks/fp8_projection.py's
+matmul, which quantises its weight itself. On a CPU the matmuls stay plain
+``dot``s.
 """
 
 import argparse
@@ -26,6 +29,7 @@ import gpu_ops
 from gpu_ops import float8
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "benchmarks"))
+import fp8_projection  # noqa: E402
 from rms_norm_bench import commit  # noqa: E402  (GPU_OPS_COMMIT, else git's HEAD)
 
 #: What XLA's float8 matmul calls on NVIDIA GPUs are named.
@@ -45,16 +49,26 @@ def normalise_and_project(x, weight, w8, w_scale, x_scale):
     return jnp.dot(h, w).astype(jnp.bfloat16), amax
 
 
+def through_and_project(x, weight, w, x_scale):
+    """The training step's route: y = rms_norm_through_fp8(x, weight) with
+    x_scale, times w (quantised by fp8_projection.project)."""
+    y, amax = gpu_ops.rms_norm_through_fp8(x, weight, scale=x_scale)
+    return fp8_projection.project(y, w), amax
+
+
 def compiled_hlo(rows, d_model, d_out):
-    """The optimised HLO of normalise_and_project on the default backend."""
+    """The optimised HLOs of normalise_and_project and through_and_project
+    on the default backend."""
     kx, kw = jax.random.split(jax.random.key(0))
     x = jax.random.normal(kx, (rows, d_model), jnp.bfloat16)
     weight = jnp.ones((d_model,), jnp.bfloat16)
     w = jax.random.normal(kw, (d_model, d_out), jnp.float32) / d_model ** 0.5
     w_scale = jnp.max(jnp.abs(w)) / float8.FLOAT8_MAX
     w8 = (w / w_scale).astype(jnp.float8_e4m3fn)
-    args = (x, weight, w8, w_scale, jnp.float32(8 / float8.FLOAT8_MAX))
-    return jax.jit(normalise_and_project).lower(*args).compile().as_text()
+    x_scale = jnp.float32(8 / float8.FLOAT8_MAX)
+    given = jax.jit(normalise_and_project).lower(x, weight, w8, w_scale, x_scale)
+    through = jax.jit(through_and_project).lower(x, weight, w.astype(jnp.bfloat16), x_scale)
+    return given.compile().as_text(), through.compile().as_text()
 
 
 def summary(hlo):
@@ -83,11 +97,13 @@ def main(argv=None):
     record = {"device": jax.devices()[0].device_kind, "jax_version": jax.__version__,
               "commit": commit(),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "shape": {"rows": args.rows, "d_model": args.d_model, "d_out": args.d_out},
-              **summary(compiled_hlo(args.rows, args.d_model, args.d_out))}
+              "shape": {"rows": args.rows, "d_model": args.d_model, "d_out": args.d_out}}
+    given, through = compiled_hlo(args.rows, args.d_model, args.d_out)
+    record |= {**summary(given), "through_fp8": summary(through)}
     args.out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"{record['device']}: float8 matmul: {record['fp8_matmul']}; custom calls: "
-          f"{', '.join(record['custom_call_targets'])}")
+    for route, found in (("given values", record), ("through_fp8", record["through_fp8"])):
+        print(f"{record['device']}, {route}: float8 matmul: {found['fp8_matmul']}; "
+              f"custom calls: {', '.join(found['custom_call_targets'])}")
 
 
 if __name__ == "__main__":

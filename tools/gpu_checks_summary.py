@@ -91,7 +91,8 @@ def run_summary(outdir):
         record = json.loads(found.read_text())
         checks.append({"check": "fp8 matmul", **common,
                        **{k: record[k] for k in ("shape", "fp8_matmul", "custom_call_targets",
-                                                  "matmul_lines")}})
+                                                  "matmul_lines", "through_fp8")
+                          if k in record}})
     if (found := outdir / "sharding_hlo.json").exists():
         record = json.loads(found.read_text())
         checks.append({"check": "sharding collectives", **common,
