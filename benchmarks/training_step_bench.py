@@ -26,7 +26,10 @@ time per step over the rounds is reported, with tokens per second. On a
 GPU, `steps` more steps of each variant run under JAX's profiler, which
 gives the GPU's kernel time per step and the part of it in gpu_ops' kernels
 (the norms of the gpu_ops variants; jax.numpy's norms are fused into XLA's
-kernels, where a profile cannot tell them apart). On a machine without a
+kernels, where a profile cannot tell them apart), the time per step in
+which the GPU ran a kernel, and the time from the profiled steps' first
+kernel to their last, per step (so a step's time beyond its kernels shows
+as the GPU waiting between kernels, or as time outside them). On a machine without a
 GPU a tiny model runs, to show the method.
 """
 
@@ -87,38 +90,42 @@ def step_function(name, config):
     return jax.jit(step, donate_argnums=0)
 
 
-def kernel_milliseconds(profile, steps):
-    """(all kernels, gpu_ops' kernels) in milliseconds per step, from a
-    jax.profiler.ProfileData of `steps` steps: the events of the GPU planes'
-    stream lines, which are the kernels (and memsets) the GPU ran."""
-    every = ours = 0.0
-    for plane in profile.planes:
-        if not plane.name.startswith("/device:GPU"):
-            continue
-        for line in plane.lines:
-            if not line.name.startswith("Stream"):
-                continue
-            for event in line.events:
-                every += event.duration_ns
-                ours += event.duration_ns if "gpu_ops" in event.name else 0.0
-    return every / steps / 1e6, ours / steps / 1e6
+def gpu_milliseconds(profile, steps):
+    """From a jax.profiler.ProfileData of `steps` steps, in milliseconds per
+    step: the kernels' time ("kernel_ms"), gpu_ops' kernels' part of it
+    ("gpu_ops_kernel_ms"), the time in which at least one kernel ran
+    ("busy_ms"; kernels of several streams may overlap) and the time from
+    the first kernel's start to the last one's end ("span_ms"). The kernels
+    (and memsets) the GPU ran are the events of its planes' stream lines."""
+    events = [event for plane in profile.planes if plane.name.startswith("/device:GPU")
+              for line in plane.lines if line.name.startswith("Stream")
+              for event in line.events]
+    every = sum(event.duration_ns for event in events)
+    ours = sum(event.duration_ns for event in events if "gpu_ops" in event.name)
+    busy, reached = 0.0, float("-inf")  # the union of the events' intervals
+    for event in sorted(events, key=lambda event: event.start_ns):
+        busy += max(0.0, event.end_ns - max(event.start_ns, reached))
+        reached = max(reached, event.end_ns)
+    span = (max(e.end_ns for e in events) - min(e.start_ns for e in events)) if events else 0.0
+    per_step = {"kernel_ms": every, "gpu_ops_kernel_ms": ours, "busy_ms": busy, "span_ms": span}
+    return {key: ns / steps / 1e6 for key, ns in per_step.items()}
 
 
 def profiled(state, tokens, steps):
     """Runs `steps` steps of a variant's state (as run() keeps it) under the
-    profiler: (all kernels, gpu_ops' kernels) in milliseconds per step."""
+    profiler: gpu_milliseconds of their profile."""
     with tempfile.TemporaryDirectory() as folder:
         with jax.profiler.trace(folder):
             for _ in range(steps):
                 state["params"], state["loss"] = state["step"](state["params"], tokens)
             jax.block_until_ready(state["loss"])
         trace, = pathlib.Path(folder).rglob("*.xplane.pb")
-        return kernel_milliseconds(jax.profiler.ProfileData.from_file(str(trace)), steps)
+        return gpu_milliseconds(jax.profiler.ProfileData.from_file(str(trace)), steps)
 
 
 def run(config, steps, repeats, norms=tuple(NORMS), profile=False):
     """{norm: (seconds per step of each round, first loss, last loss,
-    (all kernels, gpu_ops' kernels) in ms per step or None)}; profile: also
+    gpu_milliseconds of a profile or None)}; profile: also
     run `steps` steps of each variant under the profiler."""
     tokens = jax.random.randint(jax.random.key(1), (config.batch, config.seq), 0, config.vocab)
     state = {}
@@ -180,8 +187,10 @@ def main(argv=None):
         line = (f"{name:16} {seconds * 1e3:9.3f} ms per step {tokens_per_step / seconds:9.0f} "
                 f"tokens/s  loss {first_loss:.4f} -> {last_loss:.4f}")
         if kernels:
-            record["kernel_ms"], record["gpu_ops_kernel_ms"] = (round(k, 3) for k in kernels)
-            line += f"  kernels {kernels[0]:.2f} ms, gpu_ops' {kernels[1]:.2f} ms"
+            record |= {key: round(ms, 3) for key, ms in kernels.items()}
+            line += (f"  kernels {kernels['kernel_ms']:.2f} ms (gpu_ops' "
+                     f"{kernels['gpu_ops_kernel_ms']:.2f}), GPU busy {kernels['busy_ms']:.2f} "
+                     f"of {kernels['span_ms']:.2f} ms")
         records.append(record)
         print(line)
     out.write_text(json.dumps(records, indent=1) + "\n")

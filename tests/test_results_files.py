@@ -86,6 +86,8 @@ def test_a_training_step_file_is_one_run_of_every_norm(path):
             assert 0 < r["kernel_ms"] <= 1.05 * r["median_ms"]
             assert (r["gpu_ops_kernel_ms"] > 0) == r["norm"].startswith("gpu_ops")
             assert r["gpu_ops_kernel_ms"] < r["kernel_ms"]
+        if "busy_ms" in r:  # from the same profile: the GPU busy within its span
+            assert 0 < r["busy_ms"] <= min(r["kernel_ms"] + 1e-3, r["span_ms"])
     # every norm but none at all computes the same model from the same start
     first_losses = [r["first_loss"] for r in records if r["norm"] != "identity"]
     assert max(first_losses) == pytest.approx(min(first_losses), rel=1e-4)

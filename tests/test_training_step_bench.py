@@ -57,7 +57,7 @@ def test_kernel_times_are_recorded_on_a_gpu_only(records):
 
 
 # A profile of two steps as JAX's profiler records it on a GPU (an XSpace):
-# kernels on a stream line, a copy on another line, the host's plane.
+# kernels on two stream lines, a copy on another line, the host's plane.
 PROFILE = """
 planes { id: 1 name: "/device:GPU:0"
   lines { id: 1 name: "Stream #14(Compute,Memset)" timestamp_ns: 1000
@@ -65,6 +65,8 @@ planes { id: 1 name: "/device:GPU:0"
     events { metadata_id: 2 offset_ps: 4000000000 duration_ps: 500000000 }
     events { metadata_id: 1 offset_ps: 5000000000 duration_ps: 3000000000 }
     events { metadata_id: 2 offset_ps: 9000000000 duration_ps: 700000000 } }
+  lines { id: 3 name: "Stream #15(Compute)" timestamp_ns: 1000
+    events { metadata_id: 1 offset_ps: 2500000000 duration_ps: 1000000000 } }
   lines { id: 2 name: "Memcpy" timestamp_ns: 1000
     events { metadata_id: 1 offset_ps: 0 duration_ps: 9000000000 } }
   event_metadata { key: 1 value { id: 1 name: "fusion_12" } }
@@ -78,20 +80,24 @@ planes { id: 2 name: "/host:CPU"
 def test_kernel_times_come_from_the_gpu_streams():
     import jax.profiler
     profile = jax.profiler.ProfileData.from_text_proto(PROFILE)
-    every, ours = _bench().kernel_milliseconds(profile, steps=2)
-    assert every == pytest.approx((3 + 0.5 + 3 + 0.7) / 2)
-    assert ours == pytest.approx((0.5 + 0.7) / 2)
+    times = _bench().gpu_milliseconds(profile, steps=2)
+    assert times["kernel_ms"] == pytest.approx((3 + 0.5 + 3 + 0.7 + 1) / 2)
+    assert times["gpu_ops_kernel_ms"] == pytest.approx((0.5 + 0.7) / 2)
+    # the second stream's kernel runs beside the first one's for 0.5 ms
+    assert times["busy_ms"] == pytest.approx((3 + 0.5 + 0.5 + 3 + 0.7) / 2)
+    assert times["span_ms"] == pytest.approx(9.7 / 2)
 
 
 def test_a_profiled_run_reads_its_own_trace():
     bench = _bench()
     results = bench.run(bench.CPU_CONFIG, steps=1, repeats=1, norms=("gpu_ops",), profile=True)
-    times, first_loss, last_loss, (every, ours) = results["gpu_ops"]
+    times, first_loss, last_loss, gpu = results["gpu_ops"]
     assert last_loss < first_loss
     if jax.default_backend() == "gpu":
-        assert 0 < ours < every
+        assert 0 < gpu["gpu_ops_kernel_ms"] < gpu["kernel_ms"]
+        assert 0 < gpu["busy_ms"] <= gpu["span_ms"]
     else:  # the trace has no GPU plane
-        assert every == ours == 0.0
+        assert set(gpu.values()) == {0.0}
 
 
 def test_sizes_that_make_no_model_are_refused(capsys):
