@@ -15,9 +15,14 @@ computing its norms:
 - "gpu_ops_fp8": that norm's output quantised to float8 in the kernel, with
   one fixed scale (gpu_ops.rms_norm_through_fp8), and the matmuls that take
   it run in float8 (fp8_projection.py);
-- "identity": no norms at all (x passes through). No norm can make the step
-  faster than this, so the gap between "jnp" and "identity" bounds what any
-  norm implementation can save.
+- "identity": no norms at all: each norm's input is only multiplied by its
+  weight, held constant (no gradient, so the backward has no reduction
+  either), which XLA fuses into the work around it. No norm can make the
+  step faster than this, so the gap between "jnp" and "identity" bounds
+  what any norm implementation can save. So that its matmuls run on data
+  of the normed model's scale (without norms the activations grow until the
+  loss is NaN), each of its norm weights starts as one over the root mean
+  square that the norm's input has at the start, in the model with norms.
 
 Each variant is compiled and warmed up; then `repeats` rounds time `steps`
 steps of every variant in turn (one synchronisation per variant and round),
@@ -36,6 +41,7 @@ GPU a tiny model runs, to show the method.
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import pathlib
 import statistics
@@ -73,13 +79,45 @@ NORMS = {
     "gpu_ops": llama_decoder.unfused(gpu_ops.rms_norm),
     "gpu_ops_residual": gpu_ops.rms_norm,
     "gpu_ops_fp8": fp8_norm,
-    "identity": llama_decoder.unfused(lambda x, weight: x),
+    "identity": llama_decoder.unfused(
+        lambda x, weight: x * jax.lax.stop_gradient(weight).astype(x.dtype)),
 }
 #: The variants whose norm outputs go into float8 matmuls; the others' into h @ w.
 PROJECTIONS = {"gpu_ops_fp8": fp8_projection.project}
 #: A model small enough for a CPU, to show the method.
 CPU_CONFIG = llama_decoder.DecoderConfig(layers=2, d_model=128, heads=4, ffn=256, vocab=256,
                                          batch=2, seq=32, dtype="float32")
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def norm_input_rms(params, tokens, config):
+    """The root mean square of each norm's input in the model with
+    jax.numpy's norms, in the order the model calls them."""
+    found = []
+
+    def recording(x, weight):
+        found.append(jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32)))))
+        return rms_norm_bench.xla_rms_norm(x, weight)
+
+    llama_decoder.loss(params, tokens, llama_decoder.unfused(recording), config)
+    return found
+
+
+def initial_params(name, config, tokens):
+    """Every variant's parameters, the same; the identity's norm weights
+    scale each norm's input as the norm would at the start (the module's
+    docstring says why)."""
+    params = llama_decoder.init_params(config, jax.random.key(0))
+    if name != "identity":
+        return params
+    rms = iter(norm_input_rms(params, tokens, config))
+
+    def scale(weight):
+        return (weight / next(rms)).astype(weight.dtype)
+
+    layers = [{**layer, "attn_norm": scale(layer["attn_norm"]),
+               "mlp_norm": scale(layer["mlp_norm"])} for layer in params["layers"]]
+    return {**params, "layers": layers, "final_norm": scale(params["final_norm"])}
 
 
 def step_function(name, config):
@@ -131,7 +169,7 @@ def run(config, steps, repeats, norms=tuple(NORMS), profile=False):
     state = {}
     for name in norms:
         step = step_function(name, config)
-        params = llama_decoder.init_params(config, jax.random.key(0))
+        params = initial_params(name, config, tokens)
         params, first_loss = step(params, tokens)  # compile and warm up
         params, loss = jax.block_until_ready(step(params, tokens))
         state[name] = {"step": step, "params": params, "times": [],
