@@ -63,8 +63,7 @@ def compiled_hlo(rows, d_model, d_out):
     x = jax.random.normal(kx, (rows, d_model), jnp.bfloat16)
     weight = jnp.ones((d_model,), jnp.bfloat16)
     w = jax.random.normal(kw, (d_model, d_out), jnp.float32) / d_model ** 0.5
-    w_scale = jnp.max(jnp.abs(w)) / float8.FLOAT8_MAX
-    w8 = (w / w_scale).astype(jnp.float8_e4m3fn)
+    w8, w_scale = fp8_projection.quantised_weight(w)
     x_scale = jnp.float32(8 / float8.FLOAT8_MAX)
     given = jax.jit(normalise_and_project).lower(x, weight, w8, w_scale, x_scale)
     through = jax.jit(through_and_project).lower(x, weight, w.astype(jnp.bfloat16), x_scale)
