@@ -1,21 +1,29 @@
 """A matmul of a float8-quantised norm output, as a training step uses it.
 
 `project(h, w)` is `h @ w` for an `h` that gpu_ops.rms_norm_through_fp8
-returned: the norm's float8 values times their per-tensor scale, read back.
-Its forward quantises `w` to float8_e4m3fn with one scale (its largest
-magnitude over 448) and multiplies in float32 terms, the pattern that XLA's
-GPU compiler turns into one cuBLASLt float8 matmul on Hopper
-(tools/fp8_matmul_hlo.py checks it); the result is in h's dtype. Its backward
-is that of `h @ w` in h's dtype: rounding has no useful derivative, so the
-gradients pass straight through both quantisations (h's on into the norm's
-backward), and the backward's matmuls stay in bfloat16, as in float8
-training recipes that keep a wider type for gradients.
+returned in float32 (``dtype=jnp.float32``): the norm's float8 values times
+their per-tensor scale, read back exactly. Its forward quantises `w` to
+float8_e4m3fn with one scale (its largest magnitude over 448) and multiplies
+the two read-backs in float32, the pattern that XLA's GPU compiler turns into
+one cuBLASLt float8 matmul on Hopper (tools/fp8_matmul_hlo.py checks it; read
+back in bfloat16, XLA's Triton GEMM fusion takes the dot before that rewrite
+can); the result is in w's dtype. Its backward is that of `h @ w` in w's
+dtype: rounding has no useful derivative, so the gradients pass straight
+through both quantisations (h's, in float32, on into the norm's backward),
+and the backward's matmuls stay in bfloat16, as in float8 training recipes
+that keep a wider type for gradients. It keeps h in w's dtype for them, not
+in float32.
 """
+
+import re
 
 import jax
 import jax.numpy as jnp
 
 from gpu_ops import float8
+
+#: A float8 matmul in XLA's compiled HLO for NVIDIA GPUs (one per such line).
+FP8_MATMUL = re.compile(r'custom_call_target="__cublas\$lt\$matmul\$f8"')
 
 
 def quantised_weight(w):
@@ -25,23 +33,28 @@ def quantised_weight(w):
     return float8.quantize_with(w, scale)[0], scale
 
 
+def _check(h):
+    if h.dtype != jnp.float32:
+        raise TypeError(f"project: h must be the norm's float32 read-back, got {h.dtype}")
+
+
 @jax.custom_vjp
 def project(h, w):
+    _check(h)
     values, scale = quantised_weight(w)
-    product = jnp.matmul(h.astype(jnp.float32), float8.dequantize_with(values, scale))
-    return product.astype(h.dtype)
+    return jnp.matmul(h, float8.dequantize_with(values, scale)).astype(w.dtype)
 
 
 def _forward(h, w):
-    return project(h, w), (h, w)
+    return project(h, w), (h.astype(w.dtype), w)
 
 
 def _backward(saved, dy):
     h, w = saved
     wide = jnp.float32  # sums in float32, as GPUs' bfloat16 matmuls accumulate
-    dh = jnp.matmul(dy, w.T.astype(dy.dtype), preferred_element_type=wide)
-    dw = jnp.einsum("...i,...o->io", h, dy.astype(h.dtype), preferred_element_type=wide)
-    return dh.astype(h.dtype), dw.astype(w.dtype)
+    dh = jnp.matmul(dy, w.T, preferred_element_type=wide)
+    dw = jnp.einsum("...i,...o->io", h, dy, preferred_element_type=wide)
+    return dh, dw.astype(w.dtype)
 
 
 project.defvjp(_forward, _backward)

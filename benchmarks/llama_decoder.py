@@ -11,7 +11,11 @@ and the MLP's two input projections) are `project(h, w)`, `h @ w` unless
 given. So the training step can be timed with different norm
 implementations, the add fused into the norm or not, their output quantised
 for float8 matmuls or not, and the rest of the model unchanged
-(training_step_bench.py).
+(training_step_bench.py). The final norm, whose output goes into the
+language-model head, may be another (`head_norm`): float8 recipes keep the
+head in bfloat16. Attention is jax.nn.dot_product_attention with the
+config's implementation: "xla" (any backend) or "cudnn" (NVIDIA GPUs: a
+fused, flash-attention kernel, which real training steps use).
 """
 
 import dataclasses
@@ -31,6 +35,7 @@ class DecoderConfig:
     batch: int = 8
     seq: int = 2048
     dtype: str = "bfloat16"
+    attention: str = "xla"
 
     @property
     def head_dim(self):
@@ -99,28 +104,31 @@ def block(x, update, layer, norm, config, project=jnp.matmul):
     q = rotary(project(h, layer["wq"]).reshape(heads))
     k = rotary(project(h, layer["wk"]).reshape(heads))
     v = project(h, layer["wv"]).reshape(heads)
-    attention = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+    attention = jax.nn.dot_product_attention(q, k, v, is_causal=True,
+                                             implementation=config.attention)
     h, x = add_then_norm(norm, x, attention.reshape(batch, seq, d) @ layer["wo"],
                          layer["mlp_norm"])
     mlp = jax.nn.silu(project(h, layer["w_gate"])) * project(h, layer["w_up"])
     return x, mlp @ layer["w_down"]
 
 
-def loss(params, tokens, norm, config, project=jnp.matmul):
+def loss(params, tokens, norm, config, project=jnp.matmul, head_norm=None):
     """Mean next-token cross entropy (in float32) of tokens (batch, seq). The
-    language-model head stays a plain matmul, as float8 recipes keep it."""
+    language-model head stays a plain matmul, after `head_norm` (`norm` if
+    None)."""
     x, update = params["embed"][tokens], None
     for layer in params["layers"]:
         x, update = block(x, update, layer, norm, config, project)
-    h, _ = add_then_norm(norm, x, update, params["final_norm"])
+    h, _ = add_then_norm(head_norm or norm, x, update, params["final_norm"])
     logits = (h @ params["lm_head"]).astype(jnp.float32)
     log_probs = jax.nn.log_softmax(logits[:, :-1])
     targets = tokens[:, 1:, None]
     return -jnp.mean(jnp.take_along_axis(log_probs, targets, axis=-1))
 
 
-def train_step(params, tokens, norm, config, project=jnp.matmul, learning_rate=1e-3):
+def train_step(params, tokens, norm, config, project=jnp.matmul, head_norm=None,
+               learning_rate=1e-3):
     """One SGD step: (new params, loss)."""
-    value, grads = jax.value_and_grad(loss)(params, tokens, norm, config, project)
+    value, grads = jax.value_and_grad(loss)(params, tokens, norm, config, project, head_norm)
     params = jax.tree.map(lambda p, g: (p - learning_rate * g).astype(p.dtype), params, grads)
     return params, value

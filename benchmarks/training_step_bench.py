@@ -3,6 +3,7 @@
     python benchmarks/training_step_bench.py [--out FILE] [--steps N] [--repeats N]
                                              [--layers N] [--d-model N] [--heads N]
                                              [--ffn N] [--vocab N] [--batch N] [--seq N]
+                                             [--attention {xla,cudnn}]
 
 The step (forward, backward and an SGD update) of the decoder in
 llama_decoder.py, jitted with its parameters donated, runs with each way of
@@ -13,8 +14,9 @@ computing its norms:
   after the residual add;
 - "gpu_ops_residual": gpu_ops.rms_norm with the residual add in its kernel;
 - "gpu_ops_fp8": that norm's output quantised to float8 in the kernel, with
-  one fixed scale (gpu_ops.rms_norm_through_fp8), and the matmuls that take
-  it run in float8 (fp8_projection.py);
+  one fixed scale (gpu_ops.rms_norm_through_fp8, read back in float32), and
+  the matmuls that take it run in float8 (fp8_projection.py); the final
+  norm, before the language-model head, stays "gpu_ops_residual"'s;
 - "identity": no norms at all: each norm's input is only multiplied by its
   weight, held constant (no gradient, so the backward has no reduction
   either), which XLA fuses into the work around it. No norm can make the
@@ -24,21 +26,25 @@ computing its norms:
   loss is NaN), each of its norm weights starts as one over the root mean
   square that the norm's input has at the start, in the model with norms.
 
-Each variant is compiled and warmed up; then `repeats` rounds time `steps`
-steps of every variant in turn (one synchronisation per variant and round),
-so that a drift of the GPU's clocks falls on all variants alike. The median
-time per step over the rounds is reported, with tokens per second. On a
-GPU, `steps` more steps of each variant run under JAX's profiler, which
-gives the GPU's kernel time per step and the part of it in gpu_ops' kernels
-(the norms of the gpu_ops variants; jax.numpy's norms are fused into XLA's
-kernels, where a profile cannot tell them apart), the time per step in
-which the GPU ran a kernel, and the time from the profiled steps' first
-kernel to their last, per step (so a step's time beyond its kernels shows
-as the GPU waiting between kernels, or as time outside them). On a machine without a
-GPU a tiny model runs, to show the method.
+Attention is cuDNN's fused kernel on a GPU (``--attention``; XLA's on a
+CPU), as in real training steps. Each variant is compiled (the number of
+float8 matmuls in its compiled step is recorded) and warmed up; then
+`repeats` rounds time `steps` steps of every variant in turn (one
+synchronisation per variant and round), so that a drift of the GPU's clocks
+falls on all variants alike. The median time per step over the rounds is
+reported, with tokens per second. On a GPU, `steps` more steps of each
+variant run under JAX's profiler, which gives per step: the GPU's kernel
+time and the part of it in gpu_ops' kernels (the norms of the gpu_ops
+variants; jax.numpy's norms are fused into XLA's kernels, where a profile
+cannot tell them apart), the time in which the GPU ran a kernel, the time
+from the profiled steps' first kernel to their last (so a step's time beyond
+its kernels shows as the GPU waiting between kernels, or as time outside
+them), and the kernels that took the most time. On a machine without a GPU
+a tiny model runs, to show the method.
 """
 
 import argparse
+import collections
 import dataclasses
 import datetime
 import functools
@@ -67,10 +73,12 @@ FP8_SCALE = 8 / float8.FLOAT8_MAX
 
 
 def fp8_norm(x, weight, residual=None):
-    """gpu_ops.rms_norm's signature, its output quantised to float8 and read back."""
+    """gpu_ops.rms_norm's signature, its output quantised to float8 and read
+    back in float32, for fp8_projection.project."""
+    options = {"scale": FP8_SCALE, "dtype": jnp.float32}
     if residual is None:
-        return gpu_ops.rms_norm_through_fp8(x, weight, scale=FP8_SCALE)[0]
-    y, _, total = gpu_ops.rms_norm_through_fp8(x, weight, residual=residual, scale=FP8_SCALE)
+        return gpu_ops.rms_norm_through_fp8(x, weight, **options)[0]
+    y, _, total = gpu_ops.rms_norm_through_fp8(x, weight, residual=residual, **options)
     return y, total
 
 
@@ -84,6 +92,10 @@ NORMS = {
 }
 #: The variants whose norm outputs go into float8 matmuls; the others' into h @ w.
 PROJECTIONS = {"gpu_ops_fp8": fp8_projection.project}
+#: Their final norm, before the language-model head (a bfloat16 matmul).
+HEAD_NORMS = {"gpu_ops_fp8": gpu_ops.rms_norm}
+#: How many of the kernels that took the most time a profile records.
+TOP_KERNELS = 8
 #: A model small enough for a CPU, to show the method.
 CPU_CONFIG = llama_decoder.DecoderConfig(layers=2, d_model=128, heads=4, ffn=256, vocab=256,
                                          batch=2, seq=32, dtype="float32")
@@ -124,8 +136,16 @@ def step_function(name, config):
     norm, project = NORMS[name], PROJECTIONS.get(name, jnp.matmul)
 
     def step(params, tokens):
-        return llama_decoder.train_step(params, tokens, norm, config, project)
+        return llama_decoder.train_step(params, tokens, norm, config, project,
+                                        HEAD_NORMS.get(name))
     return jax.jit(step, donate_argnums=0)
+
+
+def compiled_step(name, config, params, tokens):
+    """The variant's step compiled for params and tokens, and the number of
+    float8 matmuls in it."""
+    compiled = step_function(name, config).lower(params, tokens).compile()
+    return compiled, len(fp8_projection.FP8_MATMUL.findall(compiled.as_text()))
 
 
 def gpu_milliseconds(profile, steps):
@@ -133,8 +153,10 @@ def gpu_milliseconds(profile, steps):
     step: the kernels' time ("kernel_ms"), gpu_ops' kernels' part of it
     ("gpu_ops_kernel_ms"), the time in which at least one kernel ran
     ("busy_ms"; kernels of several streams may overlap) and the time from
-    the first kernel's start to the last one's end ("span_ms"). The kernels
-    (and memsets) the GPU ran are the events of its planes' stream lines."""
+    the first kernel's start to the last one's end ("span_ms"); and the
+    TOP_KERNELS kernels that took the most time, as [name, milliseconds per
+    step] ("top_kernels"). The kernels (and memsets) the GPU ran are the
+    events of its planes' stream lines."""
     events = [event for plane in profile.planes if plane.name.startswith("/device:GPU")
               for line in plane.lines if line.name.startswith("Stream")
               for event in line.events]
@@ -146,7 +168,11 @@ def gpu_milliseconds(profile, steps):
         reached = max(reached, event.end_ns)
     span = (max(e.end_ns for e in events) - min(e.start_ns for e in events)) if events else 0.0
     per_step = {"kernel_ms": every, "gpu_ops_kernel_ms": ours, "busy_ms": busy, "span_ms": span}
-    return {key: ns / steps / 1e6 for key, ns in per_step.items()}
+    by_name = collections.Counter()
+    for event in events:
+        by_name[event.name] += event.duration_ns
+    top = [[name, ns / steps / 1e6] for name, ns in by_name.most_common(TOP_KERNELS)]
+    return {**{key: ns / steps / 1e6 for key, ns in per_step.items()}, "top_kernels": top}
 
 
 def profiled(state, tokens, steps):
@@ -162,18 +188,20 @@ def profiled(state, tokens, steps):
 
 
 def run(config, steps, repeats, norms=tuple(NORMS), profile=False):
-    """{norm: (seconds per step of each round, first loss, last loss,
-    gpu_milliseconds of a profile or None)}; profile: also
-    run `steps` steps of each variant under the profiler."""
+    """{norm: {"times": seconds per step of each round, "first_loss",
+    "last_loss", "float8_matmuls": how many its compiled step has, "gpu":
+    gpu_milliseconds of a profile or None}}; profile: also run `steps`
+    steps of each variant under the profiler."""
     tokens = jax.random.randint(jax.random.key(1), (config.batch, config.seq), 0, config.vocab)
     state = {}
     for name in norms:
-        step = step_function(name, config)
         params = initial_params(name, config, tokens)
-        params, first_loss = step(params, tokens)  # compile and warm up
+        step, float8_matmuls = compiled_step(name, config, params, tokens)
+        params, first_loss = step(params, tokens)  # warm up
         params, loss = jax.block_until_ready(step(params, tokens))
         state[name] = {"step": step, "params": params, "times": [],
-                       "first_loss": float(first_loss), "loss": loss}
+                       "first_loss": float(first_loss), "loss": loss,
+                       "float8_matmuls": float8_matmuls}
     for _ in range(repeats):
         for s in state.values():
             start = time.perf_counter()
@@ -183,7 +211,9 @@ def run(config, steps, repeats, norms=tuple(NORMS), profile=False):
             s["times"].append((time.perf_counter() - start) / steps)
     kernels = {name: profiled(s, tokens, steps) if profile else None
                for name, s in state.items()}
-    return {name: (s["times"], s["first_loss"], float(s["loss"]), kernels[name])
+    return {name: {"times": s["times"], "first_loss": s["first_loss"],
+                   "last_loss": float(s["loss"]), "float8_matmuls": s["float8_matmuls"],
+                   "gpu": kernels[name]}
             for name, s in state.items()}
 
 
@@ -198,12 +228,15 @@ def main(argv=None):
     for field in ("layers", "d_model", "heads", "ffn", "vocab", "batch", "seq"):
         parser.add_argument("--" + field.replace("_", "-"), type=int,
                             default=getattr(defaults, field))
+    parser.add_argument("--attention", choices=("xla", "cudnn"),
+                        default="cudnn" if on_gpu else "xla")
     args = parser.parse_args(argv)
     if not on_gpu:
         print("No GPU: a tiny model on the CPU, to show the method (not the norms' effect).")
     config = llama_decoder.DecoderConfig(
         **{f: getattr(args, f) for f in ("layers", "d_model", "heads", "ffn", "vocab",
-                                          "batch", "seq")}, dtype=defaults.dtype)
+                                          "batch", "seq", "attention")},
+        dtype=defaults.dtype)
     if config.d_model % config.heads or config.head_dim % 2:
         parser.error("--d-model must be a multiple of --heads, with an even head size")
     device = jax.devices()[0].device_kind
@@ -217,15 +250,19 @@ def main(argv=None):
               "steps": args.steps, "repeats": args.repeats}
     records = []
     results = run(config, args.steps, args.repeats, profile=on_gpu)
-    for name, (times, first_loss, last_loss, kernels) in results.items():
-        seconds = statistics.median(times)
+    for name, result in results.items():
+        seconds = statistics.median(result["times"])
+        first_loss, last_loss = result["first_loss"], result["last_loss"]
         record = {**common, "norm": name, "median_ms": round(seconds * 1e3, 3),
                   "tokens_per_s": round(tokens_per_step / seconds),
-                  "first_loss": first_loss, "last_loss": last_loss}
+                  "first_loss": first_loss, "last_loss": last_loss,
+                  "float8_matmuls": result["float8_matmuls"]}
         line = (f"{name:16} {seconds * 1e3:9.3f} ms per step {tokens_per_step / seconds:9.0f} "
-                f"tokens/s  loss {first_loss:.4f} -> {last_loss:.4f}")
-        if kernels:
-            record |= {key: round(ms, 3) for key, ms in kernels.items()}
+                f"tokens/s  loss {first_loss:.4f} -> {last_loss:.4f}  "
+                f"float8 matmuls {result['float8_matmuls']}")
+        if kernels := result["gpu"]:
+            record |= {key: round(ms, 3) for key, ms in kernels.items() if key != "top_kernels"}
+            record["top_kernels"] = [[kernel, round(ms, 3)] for kernel, ms in kernels["top_kernels"]]
             line += (f"  kernels {kernels['kernel_ms']:.2f} ms (gpu_ops' "
                      f"{kernels['gpu_ops_kernel_ms']:.2f}), GPU busy {kernels['busy_ms']:.2f} "
                      f"of {kernels['span_ms']:.2f} ms")

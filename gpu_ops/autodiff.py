@@ -13,7 +13,11 @@ Quantised to float8 (``rms_norm_through_fp8_vjp``), y's gradient passes
 straight through the quantisation: the gradient of the dequantised y is
 taken as that of y itself, the convention of float8 training (rounding has
 no useful derivative). With a given scale, neither the scale nor y's largest
-magnitude, which the forward also returns, has a gradient.
+magnitude, which the forward also returns, has a gradient. These read y back
+in float32, where values times scales are exact and XLA can still fold the
+read-back into a float8 matmul; the caller casts it to the dtype it wants,
+and the backward takes y's gradient in the weight's dtype, as the norm's
+own backward does.
 """
 
 from functools import partial
@@ -76,12 +80,12 @@ def rms_norm_through_fp8_vjp(x, weight, eps):
 
 def _through_fp8_forward(x, weight, eps):
     values, inv_rms, scales = rms_norm_fp8_fwd_p.bind(x, weight, eps=eps)
-    return float8.dequantize(values, scales, weight.dtype), (inv_rms, x, weight)
+    return float8.dequantize(values, scales), (inv_rms, x, weight)
 
 
 def _through_fp8_backward(eps, saved, dy):
     inv_rms, x, weight = saved
-    return higher_order.backward(dy, inv_rms, x, weight, eps, "ffi")
+    return higher_order.backward(dy.astype(weight.dtype), inv_rms, x, weight, eps, "ffi")
 
 
 rms_norm_through_fp8_vjp.defvjp(_through_fp8_forward, _through_fp8_backward)
@@ -94,12 +98,12 @@ def rms_norm_residual_through_fp8_vjp(x, weight, residual, eps):
 
 def _residual_through_fp8_forward(x, weight, residual, eps):
     values, inv_rms, scales, total = rms_norm_fp8_fwd_p.bind(x, weight, residual, eps=eps)
-    y = float8.dequantize(values, scales, weight.dtype)
-    return (y, total), (inv_rms, total, weight)
+    return (float8.dequantize(values, scales), total), (inv_rms, total, weight)
 
 
 def _residual_through_fp8_backward(eps, saved, cotangents):
-    return _residual_backward(eps, "ffi", saved, cotangents)
+    dy, dtotal = cotangents
+    return _residual_backward(eps, "ffi", saved, (dy.astype(saved[2].dtype), dtotal))
 
 
 rms_norm_residual_through_fp8_vjp.defvjp(_residual_through_fp8_forward,
@@ -113,14 +117,14 @@ def rms_norm_scaled_through_fp8_vjp(x, weight, column, eps):
 
 def _scaled_through_fp8_forward(x, weight, column, eps):
     values, inv_rms, largest = rms_norm_fp8_scaled_fwd_p.bind(x, weight, column[..., 0], eps=eps)
-    y = float8.dequantize_with(values, column, weight.dtype)
+    y = float8.dequantize_with(values, column)
     return (y, largest), (inv_rms, x, weight, column)
 
 
 def _scaled_through_fp8_backward(eps, saved, cotangents):
     inv_rms, x, weight, column = saved
     dy, _ = cotangents  # y's largest magnitudes have no gradient
-    dx, dweight = higher_order.backward(dy, inv_rms, x, weight, eps, "ffi")
+    dx, dweight = higher_order.backward(dy.astype(weight.dtype), inv_rms, x, weight, eps, "ffi")
     return dx, dweight, jnp.zeros_like(column)
 
 
@@ -136,7 +140,7 @@ def rms_norm_residual_scaled_through_fp8_vjp(x, weight, residual, column, eps):
 def _residual_scaled_through_fp8_forward(x, weight, residual, column, eps):
     values, inv_rms, largest, total = rms_norm_fp8_scaled_fwd_p.bind(
         x, weight, residual, column[..., 0], eps=eps)
-    y = float8.dequantize_with(values, column, weight.dtype)
+    y = float8.dequantize_with(values, column)
     return (y, largest, total), (inv_rms, total, weight, column)
 
 
@@ -144,7 +148,7 @@ def _residual_scaled_through_fp8_backward(eps, saved, cotangents):
     inv_rms, total, weight, column = saved
     dy, _, dtotal = cotangents
     dx, dweight, dresidual = _residual_backward(eps, "ffi", (inv_rms, total, weight),
-                                                (dy, dtotal))
+                                                (dy.astype(weight.dtype), dtotal))
     return dx, dweight, dresidual, jnp.zeros_like(column)
 
 

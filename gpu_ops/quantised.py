@@ -19,7 +19,8 @@ from gpu_ops.autodiff import (rms_norm_residual_scaled_through_fp8_vjp,
                               rms_norm_residual_through_fp8_vjp,
                               rms_norm_scaled_through_fp8_vjp, rms_norm_through_fp8_vjp)
 from gpu_ops.primitives import rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p
-from gpu_ops.validation import check_float8_scale, check_float8_weight
+from gpu_ops.validation import (check_float8_scale, check_float8_weight,
+                                 check_read_back_dtype)
 
 
 def _from_primitive(*operands_and_eps):
@@ -58,22 +59,22 @@ def _quantising(defined):
 
 
 def _straight_through(defined):
-    """`defined`'s y quantised and read back by jnp, its gradient y's."""
+    """`defined`'s y quantised and read back by jnp, in float32, its gradient y's."""
     def through(*operands_and_eps):
         y, *total = _as_tuple(defined(*operands_and_eps))
         # In float32, where y + (read_back - y) is read_back exactly (the two
         # are within a sixteenth of each other, so their difference is exact).
         y32 = y.astype(jnp.float32)
         read_back = float8.dequantize(*float8.quantize(y))
-        y = (y32 + jax.lax.stop_gradient(read_back - y32)).astype(y.dtype)
+        y = y32 + jax.lax.stop_gradient(read_back - y32)
         return (y, *total) if total else y
     return through
 
 
 def _straight_through_with_scale(defined):
     """`defined`'s y divided by the given scale (a column, (*rows, 1)),
-    quantised and read back by jnp, its gradient y's; and its groups'
-    largest |y| (the caller stops their gradient)."""
+    quantised and read back by jnp, in float32, its gradient y's; and its
+    groups' largest |y| (the caller stops their gradient)."""
     def through(*operands_and_eps):
         *operands, column, eps = operands_and_eps
         y, *total = _as_tuple(defined(*operands, eps))
@@ -81,7 +82,7 @@ def _straight_through_with_scale(defined):
         read_back = jax.lax.stop_gradient(
             float8.dequantize_with(float8.quantize_with(y, column)[0], column))
         # read_back + 0, exactly, whose gradient is y's
-        y_out = (read_back + (y32 - jax.lax.stop_gradient(y32))).astype(y.dtype)
+        y_out = read_back + (y32 - jax.lax.stop_gradient(y32))
         return (y_out, float8.group_largest(y), *total)
     return through
 
@@ -179,19 +180,24 @@ def _amax(largest):
     return jnp.max(largest, initial=0.0)
 
 
-def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None, scale=None,
+def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None, scale=None, dtype=None,
                          implementation="primitives"):
     """``rms_norm(x, weight, eps)`` as the next matmul sees it after float8
-    quantisation: :func:`rms_norm_fp8`'s values times their scales, in the
-    weight's dtype (with ``scale``, times that scale, and y's largest
-    magnitude too: ``(y, amax)``; with ``residual``, ``x + residual`` last).
+    quantisation: :func:`rms_norm_fp8`'s values times their scales, in
+    ``dtype`` (the weight's by default; float32 keeps the read-back exact,
+    and on a GPU lets XLA turn a matmul of it, with a given scale, into a
+    float8 matmul). With ``scale``, times that scale, and y's largest
+    magnitude too: ``(y, amax)``; with ``residual``, ``x + residual`` last.
     Its gradient passes straight through the quantisation (that of y itself,
-    the convention of float8 training); the scale and amax have none.
+    the convention of float8 training), into the norm's backward in the
+    weight's dtype; the scale and amax have none.
     """
     operands, eps, name = _checked(x, weight, eps, residual, implementation)
+    dtype = check_read_back_dtype(dtype, operands[1].dtype)
     if scale is None:
-        return on_their_devices(THROUGH_FP8[name][len(operands)], operands, eps)
+        y, *total = _as_tuple(on_their_devices(THROUGH_FP8[name][len(operands)], operands, eps))
+        return (y.astype(dtype), *total) if total else y.astype(dtype)
     operands = _with_scale_column(operands, scale)
     y, largest, *total = on_their_devices(SCALED_THROUGH_FP8[name][len(operands)],
                                           operands, eps)
-    return (y, _amax(jax.lax.stop_gradient(largest)), *total)
+    return (y.astype(dtype), _amax(jax.lax.stop_gradient(largest)), *total)

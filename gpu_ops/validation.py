@@ -64,6 +64,22 @@ def check_float8_weight(weight, group):
                          f"{weight.shape}")
 
 
+def check_read_back_dtype(dtype, default):
+    """The dtype rms_norm_through_fp8 reads its float8 values back in:
+    `default` for None, else one of the dtypes the norm takes (TypeError
+    otherwise)."""
+    if dtype is None:
+        return jnp.dtype(default)
+    try:
+        found = jnp.dtype(dtype)
+    except (TypeError, ValueError):
+        found = None
+    if found not in SUPPORTED_DTYPES:
+        raise TypeError(f"rms_norm_through_fp8: dtype must be None, float16, bfloat16, "
+                        f"float32 or float64, got {dtype!r}")
+    return found
+
+
 def check_float8_scale(scale):
     """The float8 forward's given scale, as a float32 scalar array: a real
     number or a floating-point scalar array, finite and positive where its

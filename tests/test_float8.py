@@ -465,3 +465,44 @@ def test_through_a_given_scale_on_sharded_rows(implementation):
     assert float(amax) == float(want_amax)
     for g, w in zip(grads, want_grads):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["alone", "with_residual"])
+@pytest.mark.parametrize("scale", [None, 0.02], ids=["grouped", "given_scale"])
+def test_read_back_in_float32_is_exact_and_its_gradient_the_norms(scale, residual,
+                                                                  implementation):
+    x, weight, dy = _inputs((6, 256), jnp.bfloat16, seed=17)
+    extra = {"residual": jnp.flip(x, axis=0)} if residual else {}
+    options = {**extra, **({} if scale is None else {"scale": scale})}
+
+    def y_of(x, weight, **dtype):
+        out = gpu_ops.rms_norm_through_fp8(x, weight, **options, **dtype)
+        return out if scale is None and not residual else out[0]
+
+    wide, wide_pullback = jax.vjp(lambda x, w: y_of(x, w, dtype=jnp.float32), x, weight)
+    narrow, narrow_pullback = jax.vjp(y_of, x, weight)
+    assert wide.dtype == jnp.float32 and narrow.dtype == weight.dtype
+    # the values times their scales, unrounded in float32 (to the last bit
+    # where jnp quantises: its scales are XLA's float32 division, in another
+    # compiled function), round to the default's y
+    values, scales, *_ = gpu_ops.rms_norm_fp8(x, weight, **options)
+    read_back = (float8.dequantize(values, scales) if scale is None
+                 else np.asarray(values, np.float32) * np.float32(scale))
+    if implementation == "primitives":
+        np.testing.assert_array_equal(wide, read_back)
+    else:
+        _assert_same_quantised(np.float32(wide).round(5), np.float32(read_back).round(5),
+                               implementation)
+    np.testing.assert_array_equal(np.asarray(wide.astype(weight.dtype), np.float32),
+                                  np.asarray(narrow, np.float32))
+    # y's float32 gradient enters the norm's backward in the weight's dtype
+    for got, want in zip(wide_pullback(dy.astype(jnp.float32)), narrow_pullback(dy)):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["int8", jnp.float8_e4m3fn, 3, "no such type"], ids=str)
+def test_a_bad_read_back_dtype_is_a_clear_error(dtype, implementation):
+    x, weight, _ = _inputs((2, 128), jnp.float32)
+    with pytest.raises(TypeError, match="rms_norm_through_fp8: dtype must be"):
+        gpu_ops.rms_norm_through_fp8(x, weight, dtype=dtype)

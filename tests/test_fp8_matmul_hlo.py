@@ -45,6 +45,15 @@ def test_a_float8_matmul_call_is_recognised():
     assert len(summary["matmul_lines"]) == 1
 
 
+def test_a_bfloat16_matmul_call_is_listed_but_not_float8():
+    hlo = ('%cublas-gemm.3 = (bf16[4096,2048]{1,0}, s8[4194304]{0}) custom-call('
+           'bf16[4096,2048]{1,0} %p0, bf16[2048,2048]{1,0} %p1), '
+           'custom_call_target="__cublas$lt$matmul"\n')
+    summary = _tool().summary(hlo)
+    assert summary["fp8_matmul"] is False
+    assert summary["matmul_lines"] == [hlo.strip()]
+
+
 def test_sizes_a_float8_matmul_cannot_take_are_refused(capsys):
     with pytest.raises(SystemExit):
         _tool().main(["--out", "/dev/null", "--rows", "100"])

@@ -10,8 +10,8 @@ of two float8 arrays, each converted and multiplied by a scalar). Writes the
 device, JAX version, commit and date, the custom calls of the compiled HLO,
 whether one is a float8 matmul, and the HLO line of the matmul, to FILE;
 and the same for the route a training step takes (``through_fp8``): the
-differentiable ``rms_norm_through_fp8`` and benchmarks/fp8_projection.py's
-matmul, which quantises its weight itself. On a CPU the matmuls stay plain
+differentiable ``rms_norm_through_fp8``, read back in float32, and
+benchmarks/fp8_projection.py's matmul, which quantises its weight itself. On a CPU the matmuls stay plain
 ``dot``s.
 """
 
@@ -32,8 +32,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "benchmarks"))
 import fp8_projection  # noqa: E402
 from rms_norm_bench import commit  # noqa: E402  (GPU_OPS_COMMIT, else git's HEAD)
 
-#: What XLA's float8 matmul calls on NVIDIA GPUs are named.
-FP8_MATMUL = re.compile(r"cublas\$lt\$matmul\$f8")
+#: A matmul in compiled HLO: a dot, or a cuBLAS call of any type.
+MATMUL = re.compile(r'\bdot\(|custom_call_target="__cublas')
 
 
 def normalise_and_project(x, weight, w8, w_scale, x_scale):
@@ -52,7 +52,7 @@ def normalise_and_project(x, weight, w8, w_scale, x_scale):
 def through_and_project(x, weight, w, x_scale):
     """The training step's route: y = rms_norm_through_fp8(x, weight) with
     x_scale, times w (quantised by fp8_projection.project)."""
-    y, amax = gpu_ops.rms_norm_through_fp8(x, weight, scale=x_scale)
+    y, amax = gpu_ops.rms_norm_through_fp8(x, weight, scale=x_scale, dtype=jnp.float32)
     return fp8_projection.project(y, w), amax
 
 
@@ -71,12 +71,12 @@ def compiled_hlo(rows, d_model, d_out):
 
 
 def summary(hlo):
-    """The custom calls of `hlo`, and whether and where it runs a float8 matmul."""
+    """The custom calls of `hlo`, whether it runs a float8 matmul, and its
+    matmuls' lines."""
     targets = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
-    matmuls = [line.strip() for line in hlo.splitlines()
-               if FP8_MATMUL.search(line) or re.search(r"\bdot\(", line)]
+    matmuls = [line.strip() for line in hlo.splitlines() if MATMUL.search(line)]
     return {"custom_call_targets": targets,
-            "fp8_matmul": any(FP8_MATMUL.search(t) for t in targets),
+            "fp8_matmul": bool(fp8_projection.FP8_MATMUL.search(hlo)),
             "matmul_lines": matmuls}
 
 
