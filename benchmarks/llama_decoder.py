@@ -7,8 +7,8 @@ block's update joins the residual stream first, `norm(update, weight,
 residual=x)`, which returns the normalised sum and the sum (the signature of
 gpu_ops.rms_norm; :func:`unfused` gives it to any plain norm). The matmuls
 that take a norm's output (the attention's query, key and value projections
-and the MLP's two input projections) are `project(h, w)`, `h @ w` unless
-given. So the training step can be timed with different norm
+and the MLP's two input projections, PROJECTED) are `project(h, w)`, `h @ w`
+unless given (a float8 variant may keep its own form of those weights). So the training step can be timed with different norm
 implementations, the add fused into the norm or not, their output quantised
 for float8 matmuls or not, and the rest of the model unchanged
 (training_step_bench.py). The final norm, whose output goes into the
@@ -23,6 +23,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+
+
+#: A layer's weights that `project` multiplies a norm's output by.
+PROJECTED = ("wq", "wk", "wv", "w_gate", "w_up")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,8 @@ computing its norms:
 - "gpu_ops_residual": gpu_ops.rms_norm with the residual add in its kernel;
 - "gpu_ops_fp8": that norm's output quantised to float8 in the kernel, with
   one fixed scale (gpu_ops.rms_norm_through_fp8, read back in float32), and
-  the matmuls that take it run in float8 (fp8_projection.py); the final
+  the matmuls that take it run in float8 (fp8_projection.py, each weight's
+  scale from its largest magnitude at the end of the step before); the final
   norm, before the language-model head, stays "gpu_ops_residual"'s;
 - "identity": no norms at all: each norm's input is only multiplied by its
   weight, held constant (no gradient, so the backward has no reduction
@@ -94,6 +95,21 @@ NORMS = {
 PROJECTIONS = {"gpu_ops_fp8": fp8_projection.project}
 #: Their final norm, before the language-model head (a bfloat16 matmul).
 HEAD_NORMS = {"gpu_ops_fp8": gpu_ops.rms_norm}
+
+
+def with_float8_scales(params):
+    """params with each projected weight in the form fp8_projection.project
+    takes, its scale from its matrix as it is now."""
+    def scaled(weight):
+        return fp8_projection.with_scale(weight["w"] if isinstance(weight, dict) else weight)
+    layers = [{**layer, **{name: scaled(layer[name]) for name in llama_decoder.PROJECTED}}
+              for layer in params["layers"]]
+    return {**params, "layers": layers}
+
+
+#: What a variant's parameters become after their initialisation and after
+#: every update: the float8 variant's weight scales for the next step.
+RESCALED = {"gpu_ops_fp8": with_float8_scales}
 #: How many of the kernels that took the most time a profile records.
 TOP_KERNELS = 8
 #: A model small enough for a CPU, to show the method.
@@ -120,6 +136,8 @@ def initial_params(name, config, tokens):
     scale each norm's input as the norm would at the start (the module's
     docstring says why)."""
     params = llama_decoder.init_params(config, jax.random.key(0))
+    if name in RESCALED:
+        return RESCALED[name](params)
     if name != "identity":
         return params
     rms = iter(norm_input_rms(params, tokens, config))
@@ -134,10 +152,12 @@ def initial_params(name, config, tokens):
 
 def step_function(name, config):
     norm, project = NORMS[name], PROJECTIONS.get(name, jnp.matmul)
+    rescaled = RESCALED.get(name, lambda params: params)
 
     def step(params, tokens):
-        return llama_decoder.train_step(params, tokens, norm, config, project,
-                                        HEAD_NORMS.get(name))
+        params, loss = llama_decoder.train_step(params, tokens, norm, config, project,
+                                                HEAD_NORMS.get(name))
+        return rescaled(params), loss
     return jax.jit(step, donate_argnums=0)
 
 

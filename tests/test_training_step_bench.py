@@ -74,6 +74,20 @@ def test_kernel_times_are_recorded_on_a_gpu_only(records):
     assert all(("kernel_ms" in r) == ("top_kernels" in r) == on_gpu for r in records.values())
 
 
+def test_the_float8_variant_rescales_its_weights_after_every_step():
+    bench = _bench()
+    config = bench.CPU_CONFIG
+    tokens = jax.random.randint(jax.random.key(1), (config.batch, config.seq), 0, config.vocab)
+    params = bench.initial_params("gpu_ops_fp8", config, tokens)
+    params, _ = bench.step_function("gpu_ops_fp8", config)(params, tokens)
+    for layer in params["layers"]:
+        for name in bench.llama_decoder.PROJECTED:
+            w, scale = layer[name]["w"], layer[name]["scale"]
+            largest = float(jnp.max(jnp.abs(w.astype(jnp.float32))))
+            assert float(scale) == pytest.approx(largest / 448, rel=1e-6)
+        assert isinstance(layer["wo"], jax.Array)  # not a projection of a norm's output
+
+
 def test_float8_matmuls_are_counted_where_xla_makes_them(records):
     # on a CPU none: the float8 variant's matmuls stay dots of float32 read-backs
     capability = getattr(jax.devices()[0], "compute_capability", "0")  # GPUs only
@@ -160,14 +174,18 @@ def test_a_float8_projection_is_the_matmul_rounded_with_its_gradient():
     h = jax.random.normal(kh, (2, 8, 128), jnp.float32)
     w = (jax.random.normal(kw, (128, 32), jnp.float32) / 11).astype(jnp.bfloat16)
     dy = jax.random.normal(kd, (2, 8, 32), jnp.bfloat16)
-    y, pullback = jax.vjp(fp8_projection.project, h, w)
+    weight = fp8_projection.with_scale(w)
+    assert float(weight["scale"]) == pytest.approx(float(jnp.max(jnp.abs(w))) / 448)
+    y, pullback = jax.vjp(fp8_projection.project, h, weight)
     h64, w64, dy64 = (np.float64(a) for a in (h, w, dy))
     exact = h64 @ w64
     assert y.dtype == jnp.bfloat16 and y.shape == exact.shape
     error = np.abs(np.float64(y) - exact).max()
     assert 0 < error < 0.1 * np.abs(exact).max()  # w rounded to float8 (3 bits)
-    dh, dw = pullback(dy)  # straight through both roundings: those of h @ w
+    dh, dweight = pullback(dy)  # straight through both roundings: those of h @ w
+    dw = dweight["w"]
     assert dh.dtype == jnp.float32 and dw.dtype == jnp.bfloat16
+    assert float(dweight["scale"]) == 0.0
     np.testing.assert_allclose(np.float64(dh), dy64 @ w64.T, rtol=1e-5, atol=1e-5)
     # h is kept in w's dtype for the weight's gradient
     h_kept = np.float64(h.astype(jnp.bfloat16))
@@ -177,5 +195,6 @@ def test_a_float8_projection_is_the_matmul_rounded_with_its_gradient():
 
 def test_a_float8_projection_takes_only_a_float32_read_back():
     with pytest.raises(TypeError, match="h must be the norm's float32 read-back"):
-        _fp8_projection().project(jnp.ones((4, 128), jnp.bfloat16),
-                                  jnp.ones((128, 16), jnp.bfloat16))
+        fp8_projection = _fp8_projection()
+        fp8_projection.project(jnp.ones((4, 128), jnp.bfloat16),
+                               fp8_projection.with_scale(jnp.ones((128, 16), jnp.bfloat16)))

@@ -11,7 +11,8 @@ device, JAX version, commit and date, the custom calls of the compiled HLO,
 whether one is a float8 matmul, and the HLO line of the matmul, to FILE;
 and the same for the route a training step takes (``through_fp8``): the
 differentiable ``rms_norm_through_fp8``, read back in float32, and
-benchmarks/fp8_projection.py's matmul, which quantises its weight itself. On a CPU the matmuls stay plain
+benchmarks/fp8_projection.py's matmul, which quantises its weight itself
+with the scale it is given with it. On a CPU the matmuls stay plain
 ``dot``s.
 """
 
@@ -51,7 +52,8 @@ def normalise_and_project(x, weight, w8, w_scale, x_scale):
 
 def through_and_project(x, weight, w, x_scale):
     """The training step's route: y = rms_norm_through_fp8(x, weight) with
-    x_scale, times w (quantised by fp8_projection.project)."""
+    x_scale, times w (fp8_projection.with_scale's form, quantised by
+    fp8_projection.project)."""
     y, amax = gpu_ops.rms_norm_through_fp8(x, weight, scale=x_scale, dtype=jnp.float32)
     return fp8_projection.project(y, w), amax
 
@@ -66,7 +68,8 @@ def compiled_hlo(rows, d_model, d_out):
     w8, w_scale = fp8_projection.quantised_weight(w)
     x_scale = jnp.float32(8 / float8.FLOAT8_MAX)
     given = jax.jit(normalise_and_project).lower(x, weight, w8, w_scale, x_scale)
-    through = jax.jit(through_and_project).lower(x, weight, w.astype(jnp.bfloat16), x_scale)
+    w_with_scale = fp8_projection.with_scale(w.astype(jnp.bfloat16))
+    through = jax.jit(through_and_project).lower(x, weight, w_with_scale, x_scale)
     return given.compile().as_text(), through.compile().as_text()
 
 
