@@ -40,8 +40,9 @@ variants; jax.numpy's norms are fused into XLA's kernels, where a profile
 cannot tell them apart), the time in which the GPU ran a kernel, the time
 from the profiled steps' first kernel to their last (so a step's time beyond
 its kernels shows as the GPU waiting between kernels, or as time outside
-them), and the kernels that took the most time. On a machine without a GPU
-a tiny model runs, to show the method.
+them), the kernels that took the most time, and the profiled steps' own
+time (which tells whether the profiler changes what it measures). On a
+machine without a GPU a tiny model runs, to show the method.
 """
 
 import argparse
@@ -197,14 +198,18 @@ def gpu_milliseconds(profile, steps):
 
 def profiled(state, tokens, steps):
     """Runs `steps` steps of a variant's state (as run() keeps it) under the
-    profiler: gpu_milliseconds of their profile."""
+    profiler: gpu_milliseconds of their profile, and their own time per step
+    as run() times it ("profiled_ms")."""
     with tempfile.TemporaryDirectory() as folder:
         with jax.profiler.trace(folder):
+            start = time.perf_counter()
             for _ in range(steps):
                 state["params"], state["loss"] = state["step"](state["params"], tokens)
             jax.block_until_ready(state["loss"])
+            wall_ms = (time.perf_counter() - start) / steps * 1e3
         trace, = pathlib.Path(folder).rglob("*.xplane.pb")
-        return gpu_milliseconds(jax.profiler.ProfileData.from_file(str(trace)), steps)
+        profile = jax.profiler.ProfileData.from_file(str(trace))
+        return {**gpu_milliseconds(profile, steps), "profiled_ms": wall_ms}
 
 
 def run(config, steps, repeats, norms=tuple(NORMS), profile=False):
@@ -285,7 +290,8 @@ def main(argv=None):
             record["top_kernels"] = [[kernel, round(ms, 3)] for kernel, ms in kernels["top_kernels"]]
             line += (f"  kernels {kernels['kernel_ms']:.2f} ms (gpu_ops' "
                      f"{kernels['gpu_ops_kernel_ms']:.2f}), GPU busy {kernels['busy_ms']:.2f} "
-                     f"of {kernels['span_ms']:.2f} ms")
+                     f"of {kernels['span_ms']:.2f} ms; profiled steps "
+                     f"{kernels['profiled_ms']:.2f} ms")
         records.append(record)
         print(line)
     out.write_text(json.dumps(records, indent=1) + "\n")

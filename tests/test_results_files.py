@@ -87,6 +87,8 @@ def test_a_training_step_file_is_one_run_of_every_norm(path):
             assert r["gpu_ops_kernel_ms"] < r["kernel_ms"]
         if "busy_ms" in r:  # from the same profile: the GPU busy within its span
             assert 0 < r["busy_ms"] <= min(r["kernel_ms"] + 1e-3, r["span_ms"])
+        if "profiled_ms" in r:  # the profiled steps' own time covers their kernels' span
+            assert r["profiled_ms"] >= r["span_ms"]
         if "top_kernels" in r:  # the largest kernels of that profile, largest first
             times = [ms for _, ms in r["top_kernels"]]
             assert times == sorted(times, reverse=True) and 0 < sum(times) <= r["kernel_ms"]
