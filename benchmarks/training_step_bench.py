@@ -41,8 +41,10 @@ cannot tell them apart), the time in which the GPU ran a kernel, the time
 from the profiled steps' first kernel to their last (so a step's time beyond
 its kernels shows as the GPU waiting between kernels, or as time outside
 them), the kernels that took the most time, and the profiled steps' own
-time (which tells whether the profiler changes what it measures). On a
-machine without a GPU a tiny model runs, to show the method.
+time (which tells whether the profiler changes what it measures). The GPU's
+clock and power during the timed rounds and during the profiled steps come
+from nvidia-smi (gpu_state.py): at its power limit a GPU lowers its clock.
+On a machine without a GPU a tiny model runs, to show the method.
 """
 
 import argparse
@@ -65,6 +67,7 @@ from gpu_ops import float8
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import fp8_projection  # noqa: E402
+import gpu_state  # noqa: E402
 import llama_decoder  # noqa: E402
 import rms_norm_bench  # noqa: E402
 
@@ -198,25 +201,29 @@ def gpu_milliseconds(profile, steps):
 
 def profiled(state, tokens, steps):
     """Runs `steps` steps of a variant's state (as run() keeps it) under the
-    profiler: gpu_milliseconds of their profile, and their own time per step
-    as run() times it ("profiled_ms")."""
+    profiler: gpu_milliseconds of their profile with their own time per step
+    as run() times it ("profiled_ms"), and when they ran (perf_counter's
+    start and end)."""
     with tempfile.TemporaryDirectory() as folder:
         with jax.profiler.trace(folder):
             start = time.perf_counter()
             for _ in range(steps):
                 state["params"], state["loss"] = state["step"](state["params"], tokens)
             jax.block_until_ready(state["loss"])
-            wall_ms = (time.perf_counter() - start) / steps * 1e3
+            end = time.perf_counter()
         trace, = pathlib.Path(folder).rglob("*.xplane.pb")
         profile = jax.profiler.ProfileData.from_file(str(trace))
-        return {**gpu_milliseconds(profile, steps), "profiled_ms": wall_ms}
+        wall_ms = (end - start) / steps * 1e3
+        return {**gpu_milliseconds(profile, steps), "profiled_ms": wall_ms}, (start, end)
 
 
 def run(config, steps, repeats, norms=tuple(NORMS), profile=False):
     """{norm: {"times": seconds per step of each round, "first_loss",
     "last_loss", "float8_matmuls": how many its compiled step has, "gpu":
-    gpu_milliseconds of a profile or None}}; profile: also run `steps`
-    steps of each variant under the profiler."""
+    gpu_milliseconds of a profile or None, "gpu_state": gpu_state.summary of
+    its timed rounds ("timed") and its profiled steps ("profiled"), each None
+    without nvidia-smi}}; profile: also run `steps` steps of each variant
+    under the profiler."""
     tokens = jax.random.randint(jax.random.key(1), (config.batch, config.seq), 0, config.vocab)
     state = {}
     for name in norms:
@@ -224,21 +231,28 @@ def run(config, steps, repeats, norms=tuple(NORMS), profile=False):
         step, float8_matmuls = compiled_step(name, config, params, tokens)
         params, first_loss = step(params, tokens)  # warm up
         params, loss = jax.block_until_ready(step(params, tokens))
-        state[name] = {"step": step, "params": params, "times": [],
+        state[name] = {"step": step, "params": params, "times": [], "intervals": [],
                        "first_loss": float(first_loss), "loss": loss,
                        "float8_matmuls": float8_matmuls}
-    for _ in range(repeats):
-        for s in state.values():
-            start = time.perf_counter()
-            for _ in range(steps):
-                s["params"], s["loss"] = s["step"](s["params"], tokens)
-            jax.block_until_ready(s["loss"])
-            s["times"].append((time.perf_counter() - start) / steps)
-    kernels = {name: profiled(s, tokens, steps) if profile else None
-               for name, s in state.items()}
+    with gpu_state.Sampler() as sampler:
+        for _ in range(repeats):
+            for s in state.values():
+                start = time.perf_counter()
+                for _ in range(steps):
+                    s["params"], s["loss"] = s["step"](s["params"], tokens)
+                jax.block_until_ready(s["loss"])
+                end = time.perf_counter()
+                s["times"].append((end - start) / steps)
+                s["intervals"].append((start, end))
+        kernels = {name: profiled(s, tokens, steps) if profile else (None, None)
+                   for name, s in state.items()}
     return {name: {"times": s["times"], "first_loss": s["first_loss"],
                    "last_loss": float(s["loss"]), "float8_matmuls": s["float8_matmuls"],
-                   "gpu": kernels[name]}
+                   "gpu": kernels[name][0],
+                   "gpu_state": {
+                       "timed": gpu_state.summary(sampler.samples, s["intervals"]),
+                       "profiled": kernels[name][1] and gpu_state.summary(
+                           sampler.samples, [kernels[name][1]])}}
             for name, s in state.items()}
 
 
@@ -292,6 +306,14 @@ def main(argv=None):
                      f"{kernels['gpu_ops_kernel_ms']:.2f}), GPU busy {kernels['busy_ms']:.2f} "
                      f"of {kernels['span_ms']:.2f} ms; profiled steps "
                      f"{kernels['profiled_ms']:.2f} ms")
+        if states := {when: found for when, found in result["gpu_state"].items() if found}:
+            record["gpu_state"] = states
+            timed = states.get("timed")
+            if timed:
+                line += (f"; SM clock {timed['sm_clock_mhz']:.0f} of "
+                         f"{timed['max_sm_clock_mhz']:.0f} MHz, {timed['power_w']:.0f} of "
+                         f"{timed['power_limit_w']:.0f} W, at the power cap "
+                         f"{timed['power_capped']:.0%} of the time")
         records.append(record)
         print(line)
     out.write_text(json.dumps(records, indent=1) + "\n")

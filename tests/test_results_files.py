@@ -89,6 +89,9 @@ def test_a_training_step_file_is_one_run_of_every_norm(path):
             assert 0 < r["busy_ms"] <= min(r["kernel_ms"] + 1e-3, r["span_ms"])
         if "profiled_ms" in r:  # the profiled steps' own time covers their kernels' span
             assert r["profiled_ms"] >= r["span_ms"]
+        for state in r.get("gpu_state", {}).values():  # nvidia-smi's samples
+            assert state["samples"] > 0 and 0 <= state["power_capped"] <= 1
+            assert 0 < state["sm_clock_mhz"] <= state["max_sm_clock_mhz"]
         if "top_kernels" in r:  # the largest kernels of that profile, largest first
             times = [ms for _, ms in r["top_kernels"]]
             assert times == sorted(times, reverse=True) and 0 < sum(times) <= r["kernel_ms"]

@@ -72,6 +72,8 @@ def test_the_identity_starts_at_the_scale_the_norms_give():
 def test_kernel_times_are_recorded_on_a_gpu_only(records):
     on_gpu = jax.default_backend() == "gpu"
     assert all(("kernel_ms" in r) == ("top_kernels" in r) == on_gpu for r in records.values())
+    # and, from nvidia-smi, the GPU's clock and power while it ran
+    assert all(("gpu_state" in r) == on_gpu for r in records.values())
 
 
 def test_the_float8_variant_rescales_its_weights_after_every_step():
