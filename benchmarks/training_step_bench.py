@@ -116,6 +116,11 @@ def with_float8_scales(params):
 RESCALED = {"gpu_ops_fp8": with_float8_scales}
 #: How many of the kernels that took the most time a profile records.
 TOP_KERNELS = 8
+#: Seconds the GPU rests before each variant's profiled steps. A GPU at its
+#: power limit runs at a higher clock for a while after a pause; without the
+#: same pause before each, the first variant's profile, which follows the
+#: timed rounds directly, would run at a lower clock than the others'.
+PROFILE_REST_S = 3.0
 #: A model small enough for a CPU, to show the method.
 CPU_CONFIG = llama_decoder.DecoderConfig(layers=2, d_model=128, heads=4, ffn=256, vocab=256,
                                          batch=2, seq=32, dtype="float32")
@@ -203,7 +208,9 @@ def profiled(state, tokens, steps):
     """Runs `steps` steps of a variant's state (as run() keeps it) under the
     profiler: gpu_milliseconds of their profile with their own time per step
     as run() times it ("profiled_ms"), and when they ran (perf_counter's
-    start and end)."""
+    start and end). On a GPU, first rests PROFILE_REST_S."""
+    if jax.default_backend() == "gpu":
+        time.sleep(PROFILE_REST_S)
     with tempfile.TemporaryDirectory() as folder:
         with jax.profiler.trace(folder):
             start = time.perf_counter()
