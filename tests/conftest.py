@@ -1,12 +1,15 @@
-"""Test configuration: 8 virtual CPU devices, float64 enabled, GPU marker, and
-the contract tests run once per implementation of the operation."""
+"""Test configuration: 8 virtual CPU devices (GPU_OPS_CPU_DEVICES=N for N),
+float64 enabled, GPU marker, and the contract tests run once per
+implementation of the operation."""
 
 import os
 
-# Before JAX is imported: 8 CPU devices for the sharding tests. This only
-# affects the CPU platform, so a real GPU set-up is left as it is.
+# Before JAX is imported: 8 CPU devices for the sharding tests, or as many as
+# GPU_OPS_CPU_DEVICES says, to run them on the meshes a machine of 2 or 4 GPUs
+# makes. This only affects the CPU platform, so a real GPU set-up is left as it is.
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    os.environ.get("XLA_FLAGS", "")
+    + f" --xla_force_host_platform_device_count={os.environ.get('GPU_OPS_CPU_DEVICES', '8')}"
 ).strip()
 
 import functools  # noqa: E402

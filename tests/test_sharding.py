@@ -35,6 +35,13 @@ def _mesh(shape, names, axis_type=AxisType.Auto):
     return jax.sharding.Mesh(devices, names, axis_types=(axis_type,) * len(shape))
 
 
+def _row_devices(mesh, spec):
+    """How many devices a spec splits an array's rows (its first axis) over."""
+    first = spec[0] if len(spec) else None
+    names = () if first is None else first if isinstance(first, tuple) else (first,)
+    return int(np.prod([mesh.shape[name] for name in names]))
+
+
 def _loss(x, weight):
     return jnp.sum(gpu_ops.rms_norm(x, weight).astype(jnp.float32) ** 2 * jnp.arange(x.shape[-1]))
 
@@ -199,7 +206,8 @@ def test_gradient_through_shard_map_equals_one_device(mesh_shape, names, spec):
     hlo = _compiled_text(grad, x, weight)
     for collective in COLLECTIVES_THAT_MOVE_INPUTS:
         assert collective not in hlo, collective
-    assert any("all-reduce(" in line and "f32[32]" in line for line in hlo.splitlines())
+    if _row_devices(mesh, spec) > 1:  # (a mesh axis of one device splits nothing)
+        assert any("all-reduce(" in line and "f32[32]" in line for line in hlo.splitlines())
     dx, dweight = jax.jit(grad)(x, weight)
     expected_dx, expected_dweight = jax.jit(_grad)(*_on(_devices()[0], x, weight))
     np.testing.assert_allclose(dx, expected_dx, rtol=1e-5, atol=1e-6)
@@ -261,6 +269,7 @@ def test_explicit_axes_keep_the_rows_where_they_are(mesh_shape, names, x_spec, w
     if rows_sharded:
         for collective in COLLECTIVES_THAT_MOVE_INPUTS:
             assert collective not in hlo, collective
+    if _row_devices(mesh, x_spec) > 1:  # (a mesh axis of one device splits nothing)
         assert any("all-reduce(" in line and "f32[32]" in line for line in hlo.splitlines())
     np.testing.assert_allclose(y, jax.jit(gpu_ops.rms_norm)(*single), rtol=1e-6)
     expected_dx, expected_dweight = jax.jit(_grad)(*single)
@@ -272,8 +281,8 @@ def test_explicit_axes_keep_the_rows_where_they_are(mesh_shape, names, x_spec, w
 # own, which must not reach the weight gradient (it was 30-50% off, and NaN
 # with eps=0, while the forward looked right).
 UNEVEN_CASES = [
-    ((N,), ("data",), (12, 16), P("data")),
-    ((N // 2, 2), ("data", "model"), (12, 16), P(("data", "model"))),
+    ((N,), ("data",), (13, 16), P("data")),
+    ((N // 2, 2), ("data", "model"), (13, 16), P(("data", "model"))),
     ((N // 2, 2), ("data", "model"), (6, 5, 16), P("data", "model")),
     ((N // 2, 2), ("data", "model"), (8, 5, 16), P("data", "model")),
 ]
@@ -315,11 +324,21 @@ def test_rows_split_unevenly_on_explicit_axes_are_refused_by_jax(mesh_shape, nam
 
 @pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
 @pytest.mark.parametrize("x_spec", [P("data"), P("data", "model"), P(("data", "model"))], ids=str)
-def test_gradient_inside_a_partially_manual_shard_map(axis_type, x_spec):
+def test_gradient_inside_a_partially_manual_shard_map(axis_type, x_spec, implementation,
+                                                      request):
     # shard_map over "data" only leaves "model" to the partitioner: the
     # partition function got shardings without mesh axes (AttributeError),
     # and on explicit axes a nested shard_map failed JAX's verifier under grad.
     mesh = _mesh((N // 2, 2), ("data", "model"), axis_type)
+    if (implementation == "pallas" and jax.default_backend() == "cpu" and N == 2
+            and axis_type == AxisType.Auto and x_spec == P("data", "model")):
+        request.applymarker(pytest.mark.xfail(strict=True, raises=jax.errors.JaxRuntimeError,
+                                              reason=(
+            "JAX 0.12.0.1 on 2 CPU devices: the psum that sums the weight gradient "
+            "over a manual axis of one device, around Pallas' interpreted kernel "
+            "with the normalised axis on the other, fails XLA's SPMD partitioner "
+            "(RET_CHECK: cross-partition allreduce must be in manual mode); on 2 "
+            "GPUs it passes")))
     x, weight = _data(shape=(16, 32), w_ndim=1)
     per_device = jax.shard_map(gpu_ops.rms_norm, mesh=mesh, in_specs=(P("data"), P()),
                                out_specs=P("data"), axis_names={"data"})
@@ -336,6 +355,7 @@ def test_gradient_inside_a_partially_manual_shard_map(axis_type, x_spec):
     assert_close(dweight, expected_dweight)
 
 
+@pytest.mark.skipif(N < 4, reason="with one device along 'data' nothing nests")
 @pytest.mark.xfail(strict=True, raises=ValueError, reason=(
     "JAX 0.12.0.1: the gradient of a shard_map over one explicit mesh axis "
     "nested in a shard_map over another fails Shardy's verifier (local shapes "
