@@ -2,12 +2,13 @@
 
 A GPU at its power limit lowers its clock until its power is within it, so
 a step of many matmuls can run slower than its kernels run in a short,
-cooler profile. `Sampler` reads nvidia-smi's samples (every 100 ms) on a
-thread while it is open, stamped with time.perf_counter(); `summary` gives,
-over the samples within given intervals, the median SM clock and power, the
-GPU's maximum clock and power limit, and the share of samples in which the
-GPU held its clock down for its power limit. Without nvidia-smi there are no
-samples and no summary.
+cooler profile. `Sampler` reads nvidia-smi's samples (every PERIOD_S) on a
+thread while it is open, stamped with time.perf_counter(), from the first
+one on; `summary` gives, over the samples within given intervals (widened by
+a period, so that an interval shorter than one still has its neighbours),
+the median SM clock and power, the GPU's maximum clock and power limit, and
+the share of samples in which the GPU held its clock down for its power
+limit. Without nvidia-smi there are no samples and no summary.
 """
 
 import shutil
@@ -16,6 +17,10 @@ import subprocess
 import threading
 import time
 
+#: Seconds between nvidia-smi's samples.
+PERIOD_S = 0.1
+#: Seconds Sampler waits for nvidia-smi's first sample.
+FIRST_SAMPLE_S = 10.0
 #: nvidia-smi's fields, in the order of its CSV lines.
 FIELDS = ("clocks.sm", "clocks.max.sm", "power.draw", "enforced.power.limit",
           "clocks_event_reasons.sw_power_cap", "temperature.gpu")
@@ -38,10 +43,10 @@ def parse(line):
 class Sampler:
     """Context manager: `samples`, [(perf_counter seconds, parse(line))], of GPU 0."""
 
-    def __init__(self, period_ms=100):
+    def __init__(self):
         self.samples = []
         self._command = (["nvidia-smi", "--id=0", f"--query-gpu={','.join(FIELDS)}",
-                          "--format=csv,noheader,nounits", f"-lms={period_ms}"]
+                          "--format=csv,noheader,nounits", f"-lms={round(PERIOD_S * 1000)}"]
                          if shutil.which("nvidia-smi") else None)
         self._process = self._thread = None
 
@@ -51,6 +56,9 @@ class Sampler:
                                              stderr=subprocess.DEVNULL, text=True)
             self._thread = threading.Thread(target=self._read, daemon=True)
             self._thread.start()
+            deadline = time.perf_counter() + FIRST_SAMPLE_S
+            while not self.samples and self._thread.is_alive() and time.perf_counter() < deadline:
+                time.sleep(0.01)
         return self
 
     def _read(self):
@@ -69,10 +77,11 @@ class Sampler:
 
 def summary(samples, intervals):
     """Over the samples within any of `intervals` ([(start, end)] in
-    perf_counter seconds): median SM clock (MHz) and power (W), the maximum
-    clock and the power limit, and the share of samples at the power cap;
-    None without such samples."""
-    inside = [s for t, s in samples if any(start <= t <= end for start, end in intervals)]
+    perf_counter seconds), each widened by PERIOD_S: median SM clock (MHz)
+    and power (W), the maximum clock and the power limit, and the share of
+    samples at the power cap; None without such samples."""
+    inside = [s for t, s in samples
+              if any(start - PERIOD_S <= t <= end + PERIOD_S for start, end in intervals)]
     if not inside:
         return None
 

@@ -33,11 +33,13 @@ def test_other_lines_are_no_sample(line):
 def test_the_summary_covers_the_samples_within_the_intervals():
     samples = [(1.0, gpu_state.parse(CAPPED)), (2.0, gpu_state.parse(CAPPED)),
                (3.0, gpu_state.parse(COOL)), (9.0, gpu_state.parse(COOL))]
-    found = gpu_state.summary(samples, [(0.5, 2.5), (2.9, 3.1)])
+    found = gpu_state.summary(samples, [(0.5, 2.5), (2.95, 3.0)])
     assert found == {"samples": 3, "sm_clock_mhz": 1605.0, "max_sm_clock_mhz": 1980.0,
                      "power_w": 698.51, "power_limit_w": 700.0,
                      "power_capped": pytest.approx(2 / 3), "temperature_c": 61.0}
     assert gpu_state.summary(samples, [(4.0, 8.0)]) is None
+    # an interval shorter than the sampling period has its neighbours
+    assert gpu_state.summary(samples, [(9.05, 9.06)])["samples"] == 1
 
 
 def test_the_sampler_reads_nvidia_smi_while_open(tmp_path, monkeypatch):
@@ -46,6 +48,7 @@ def test_the_sampler_reads_nvidia_smi_while_open(tmp_path, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     with gpu_state.Sampler() as sampler:
+        assert sampler.samples  # the first sample is in before it opens
         deadline = time.monotonic() + 10
         while len(sampler.samples) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
