@@ -8,14 +8,15 @@ residual=x)`, which returns the normalised sum and the sum (the signature of
 gpu_ops.rms_norm; :func:`unfused` gives it to any plain norm). The matmuls
 that take a norm's output (the attention's query, key and value projections
 and the MLP's two input projections, PROJECTED) are `project(h, w)`, `h @ w`
-unless given (a float8 variant may keep its own form of those weights). So the training step can be timed with different norm
-implementations, the add fused into the norm or not, their output quantised
-for float8 matmuls or not, and the rest of the model unchanged
-(training_step_bench.py). The final norm, whose output goes into the
-language-model head, may be another (`head_norm`): float8 recipes keep the
-head in bfloat16. Attention is jax.nn.dot_product_attention with the
-config's implementation: "xla" (any backend) or "cudnn" (NVIDIA GPUs: a
-fused, flash-attention kernel, which real training steps use).
+unless given (a float8 variant may keep its own form of those weights). So
+the training step can be timed with different norm implementations, the add
+fused into the norm or not, their output quantised for float8 matmuls or
+not, and the rest of the model unchanged (training_step_bench.py). The
+final norm, whose output goes into the language-model head, may be another
+(`head_norm`): float8 recipes keep the head in bfloat16. Attention is
+jax.nn.dot_product_attention with the config's implementation: "xla" (any
+backend) or "cudnn" (NVIDIA GPUs: a fused, flash-attention kernel, which
+real training steps use).
 """
 
 import dataclasses

@@ -308,7 +308,8 @@ def main(argv=None):
                 f"float8 matmuls {result['float8_matmuls']}")
         if kernels := result["gpu"]:
             record |= {key: round(ms, 3) for key, ms in kernels.items() if key != "top_kernels"}
-            record["top_kernels"] = [[kernel, round(ms, 3)] for kernel, ms in kernels["top_kernels"]]
+            record["top_kernels"] = [[kernel, round(ms, 3)]
+                                     for kernel, ms in kernels["top_kernels"]]
             line += (f"  kernels {kernels['kernel_ms']:.2f} ms (gpu_ops' "
                      f"{kernels['gpu_ops_kernel_ms']:.2f}), GPU busy {kernels['busy_ms']:.2f} "
                      f"of {kernels['span_ms']:.2f} ms; profiled steps "

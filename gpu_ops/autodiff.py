@@ -102,8 +102,9 @@ def _residual_through_fp8_forward(x, weight, residual, eps):
 
 
 def _residual_through_fp8_backward(eps, saved, cotangents):
+    weight = saved[-1]  # (inv_rms, total, weight)
     dy, dtotal = cotangents
-    return _residual_backward(eps, "ffi", saved, (dy.astype(saved[2].dtype), dtotal))
+    return _residual_backward(eps, "ffi", saved, (dy.astype(weight.dtype), dtotal))
 
 
 rms_norm_residual_through_fp8_vjp.defvjp(_residual_through_fp8_forward,
