@@ -141,7 +141,8 @@ def norm_input_rms(params, tokens, config):
 
 
 def initial_params(name, config, tokens):
-    """Every variant's parameters, the same; the identity's norm weights
+    """Every variant's parameters, the same: the float8 variant's projected
+    weights carry their scales (RESCALED), and the identity's norm weights
     scale each norm's input as the norm would at the start (the module's
     docstring says why)."""
     params = llama_decoder.init_params(config, jax.random.key(0))
