@@ -72,6 +72,18 @@ def test_runs_merge_into_one_summary_without_logs(tmp_path):
                                   "racecheck": {"errors": 0, "exit_status": 0}}
 
 
+def test_an_update_replaces_the_checks_it_reruns_and_keeps_the_others(tmp_path):
+    out = tmp_path / "h100.json"
+    first = _run(tmp_path / "first", "c36ca84", build_and_tests=TESTS,
+                 nbval="84 passed in 86.09s (0:01:26)\n")
+    _tool().main(["--out", str(out), str(first)])
+    again = _run(tmp_path / "again", "1262d16", nbval="85 passed in 86.09s (0:01:26)\n")
+    _tool().main(["--out", str(out), "--update", str(again)])
+    tests_check, nbval = json.loads(out.read_text())["checks"]
+    assert tests_check["commit"] == "c36ca84"  # not rerun: kept
+    assert (nbval["commit"], nbval["passed"]) == ("1262d16", 85)  # rerun: replaced in place
+
+
 def test_a_run_cut_off_says_so(tmp_path):
     cut = _run(tmp_path / "cut", "c36ca84", build_and_tests="==> Running\n.....")
     _, checks = _tool().run_summary(cut)

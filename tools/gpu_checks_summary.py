@@ -1,6 +1,7 @@
 """One short summary of a machine's GPU checks, from the logs gpu_checks.sh wrote.
 
-    python tools/gpu_checks_summary.py --out results/gpu/<machine>.json OUTDIR [OUTDIR ...]
+    python tools/gpu_checks_summary.py --out results/gpu/<machine>.json [--update]
+                                       OUTDIR [OUTDIR ...]
 
 Each OUTDIR is one tools/gpu_checks.sh run (a long check is split over
 several, by step and by test selection); each holds its environment.txt and
@@ -9,7 +10,10 @@ log: the machine (from the last run), and for every step of every run its
 commit, date, JAX version, test selection and processes, its counts (passed, failed,
 skipped, ...), the names of failed tests, compute-sanitizer's error counts
 per tool, whether XLA ran the float8 norm's matmul as a float8 matmul, and
-the collectives XLA compiled for a mesh of the machine's GPUs.
+the collectives XLA compiled for a mesh of the machine's GPUs. With
+--update, the checks already in the --out file stay where the new runs do
+not redo them (a check is the same where its kind and test selection are):
+a check rerun at a later commit replaces its earlier result in place.
 """
 
 import argparse
@@ -110,16 +114,34 @@ def summary(outdirs):
     return {"machine": machine, "checks": checks}
 
 
+def _key(check):
+    return check["check"], check.get("selection", "")
+
+
+def updated(old, new):
+    """The summary `old` with the checks of the summary `new`: each replaces
+    the one of its kind and selection in place, or follows the others; the
+    machine is new's."""
+    fresh = {_key(check): check for check in new["checks"]}
+    kept = [fresh.pop(_key(check), check) for check in old["checks"]]
+    return {"machine": new["machine"], "checks": kept + list(fresh.values())}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--update", action="store_true",
+                        help="keep the checks of --out that the runs do not redo")
     parser.add_argument("outdirs", nargs="+", type=pathlib.Path,
                         help="gpu_checks.sh output folders, oldest first")
     args = parser.parse_args(argv)
     for outdir in args.outdirs:
         if not (outdir / "environment.txt").is_file():
             parser.error(f"{outdir} has no environment.txt: not a gpu_checks.sh output folder")
-    args.out.write_text(json.dumps(summary(args.outdirs), indent=1) + "\n")
+    found = summary(args.outdirs)
+    if args.update and args.out.exists():
+        found = updated(json.loads(args.out.read_text()), found)
+    args.out.write_text(json.dumps(found, indent=1) + "\n")
     print(f"wrote {args.out}")
 
 
