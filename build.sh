@@ -139,7 +139,8 @@ if [ "$command_name" = test ]; then
     "$python" -m pytest -q
     step "Running the multi-device tests again on meshes of 2 devices (a 2-GPU machine's)"
     GPU_OPS_CPU_DEVICES=2 "$python" -m pytest -q -p no:cacheprovider tests/test_sharding.py \
-      tests/test_float8.py tests/test_residual.py -k "shard or mesh or devices or partition"
+      tests/test_float8.py tests/test_from_fp8.py tests/test_residual.py \
+      -k "shard or mesh or devices or partition"
     step "Re-executing every chapter and comparing its outputs (nbval)"
     "$python" -m pytest -q -p no:cacheprovider --nbval chapters \
       --nbval-sanitize-with chapters/nbval_sanitize.cfg

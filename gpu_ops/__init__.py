@@ -2,7 +2,9 @@
 
 The entry point is :func:`rms_norm` (with ``residual=``, the residual add in
 the same pass); :func:`rms_norm_fp8` and :func:`rms_norm_through_fp8` give
-its output quantised to float8 for the next matmul. The modules below hold
+its output quantised to float8 for the next matmul, and
+:func:`rms_norm_from_fp8` and :func:`rms_norm_through_fp8_input` take its
+input in float8. The modules below hold
 the pieces the book builds chapter by chapter:
 
 - ``ffi_targets``: the native handlers registered with XLA, per platform;
@@ -16,11 +18,14 @@ the pieces the book builds chapter by chapter:
 - ``validation``: clear errors for bad input;
 - ``kernel_plans``: which CUDA kernels a call runs, on this or a described GPU;
 - ``quantised``: the entry points quantised to float8;
+- ``from_fp8``: the entry points of a float8 input;
 - ``float8``: the float8 layout (a scale per group of 128 values) in jnp.
 """
 
 from gpu_ops.api import rms_norm
 from gpu_ops.quantised import rms_norm_fp8, rms_norm_through_fp8
+from gpu_ops.from_fp8 import rms_norm_from_fp8, rms_norm_through_fp8_input
 from gpu_ops.ffi_targets import CUDA_COMPILED
 
-__all__ = ["rms_norm", "rms_norm_fp8", "rms_norm_through_fp8", "CUDA_COMPILED"]
+__all__ = ["rms_norm", "rms_norm_fp8", "rms_norm_through_fp8", "rms_norm_from_fp8",
+           "rms_norm_through_fp8_input", "CUDA_COMPILED"]

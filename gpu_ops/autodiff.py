@@ -18,6 +18,11 @@ in float32, where values times scales are exact and XLA can still fold the
 read-back into a float8 matmul; the caller casts it to the dtype it wants,
 and the backward takes y's gradient in the weight's dtype, as the norm's
 own backward does.
+
+With a float8 input (``rms_norm_through_fp8_input_vjp``), x is quantised
+before the norm and its gradient passes straight through that quantisation
+the same way: dx is the gradient at the dequantised x. The forward keeps
+the float8 values and their scales for the backward, not x.
 """
 
 from functools import partial
@@ -26,7 +31,8 @@ import jax
 import jax.numpy as jnp
 
 from gpu_ops import float8, higher_order
-from gpu_ops.primitives import rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p
+from gpu_ops.primitives import (rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
+                                rms_norm_from_fp8_bwd_p, rms_norm_through_fp8_input_fwd_p)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -155,3 +161,24 @@ def _residual_scaled_through_fp8_backward(eps, saved, cotangents):
 
 rms_norm_residual_scaled_through_fp8_vjp.defvjp(_residual_scaled_through_fp8_forward,
                                                 _residual_scaled_through_fp8_backward)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def rms_norm_through_fp8_input_vjp(x32, weight, eps):
+    """The norm of float32 x32 quantised to float8 in groups; dx in float32
+    (the caller's cast to x's dtype transposes to the cast back)."""
+    return _through_fp8_input_forward(x32, weight, eps)[0]
+
+
+def _through_fp8_input_forward(x32, weight, eps):
+    y, inv_rms, values, scales = rms_norm_through_fp8_input_fwd_p.bind(x32, weight, eps=eps)
+    return y, (inv_rms, values, weight, scales)
+
+
+def _through_fp8_input_backward(eps, saved, dy):
+    inv_rms, values, weight, scales = saved
+    dx, dweight = rms_norm_from_fp8_bwd_p.bind(dy, inv_rms, values, weight, scales, eps=eps)
+    return dx.astype(jnp.float32), dweight
+
+
+rms_norm_through_fp8_input_vjp.defvjp(_through_fp8_input_forward, _through_fp8_input_backward)

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 from jax.interpreters import batching
 
 from gpu_ops.primitives import (rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
-                                rms_norm_fwd_p)
+                                rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_fwd_p, rms_norm_fwd_p,
+                                rms_norm_through_fp8_input_fwd_p)
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,7 +61,8 @@ def _at_front(array, dim, size):
 
 def _forward_batching(primitive):
     """The vmap rule of a forward primitive of (x, weight, *rest): every operand
-    but the weight (a residual, a scale per row) has x's leading axes."""
+    but the weight (a residual, a scale per row or per group) has x's leading
+    axes."""
     def rule(args, dims, **params):
         if dims[1] is not None:  # the weight
             return _once_per_example(primitive, args, dims, **params)
@@ -72,12 +74,11 @@ def _forward_batching(primitive):
     return rule
 
 
-def _backward_batching(args, dims, **params):
-    return _once_per_example(rms_norm_bwd_p, args, dims, **params)
-
-
 batching.primitive_batchers[rms_norm_fwd_p] = _forward_batching(rms_norm_fwd_p)
 batching.primitive_batchers[rms_norm_fp8_fwd_p] = _forward_batching(rms_norm_fp8_fwd_p)
 batching.primitive_batchers[rms_norm_fp8_scaled_fwd_p] = _forward_batching(
     rms_norm_fp8_scaled_fwd_p)
-batching.primitive_batchers[rms_norm_bwd_p] = _backward_batching
+for _forward in (rms_norm_from_fp8_fwd_p, rms_norm_through_fp8_input_fwd_p):
+    batching.primitive_batchers[_forward] = _forward_batching(_forward)
+for _backward in (rms_norm_bwd_p, rms_norm_from_fp8_bwd_p):
+    batching.primitive_batchers[_backward] = functools.partial(_once_per_example, _backward)

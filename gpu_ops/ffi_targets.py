@@ -18,6 +18,8 @@ RESIDUAL_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_residual_fp8_fwd"
 SCALED_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_fp8_scaled_fwd"
 RESIDUAL_SCALED_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_residual_fp8_scaled_fwd"
 BACKWARD_TARGET = "gpu_ops_rms_norm_bwd"
+FROM_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_from_fp8_fwd"
+FROM_FP8_BACKWARD_TARGET = "gpu_ops_rms_norm_from_fp8_bwd"
 
 #: Whether the CUDA kernels were compiled into this build of gpu_ops.
 CUDA_COMPILED: bool = _native.cuda_compiled
@@ -90,3 +92,10 @@ def cuda_backward_scratch(x_shape, x_dtype, weight_shape):
     rows, row_length = _rows_and_length(x_shape, weight_shape)
     partials = (dweight_partial_rows(rows, row_length), row_length)
     return [(partials, inv_rms_dtype(x_dtype)), *cuda_forward_scratch(x_shape, weight_shape)]
+
+
+def cuda_from_fp8_backward_scratch(values_shape, weight_shape):
+    """(shape, dtype) of the scratch result the CUDA backward of a float8
+    input adds: the weight gradient's partial sums, in float32."""
+    rows, row_length = _rows_and_length(values_shape, weight_shape)
+    return [((dweight_partial_rows(rows, row_length), row_length), np.float32)]

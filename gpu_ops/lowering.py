@@ -14,9 +14,11 @@ import jax
 from jax.core import ShapedArray
 from jax.interpreters import mlir
 
-from gpu_ops import ffi_targets, pallas_kernels
+from gpu_ops import ffi_targets, float8, pallas_kernels
 from gpu_ops.primitives import (rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
-                                rms_norm_fp8_scaled_fwd_shard_p, rms_norm_fwd_shard_p)
+                                rms_norm_fp8_scaled_fwd_shard_p,
+                                rms_norm_from_fp8_bwd_shard_p, rms_norm_from_fp8_fwd_shard_p,
+                                rms_norm_fwd_shard_p, rms_norm_through_fp8_input_fwd_shard_p)
 
 _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
 _residual_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FORWARD_TARGET)
@@ -26,6 +28,8 @@ _scaled_fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.SCALED_FP8_FORWARD_T
 _residual_scaled_fp8_forward_call = jax.ffi.ffi_lowering(
     ffi_targets.RESIDUAL_SCALED_FP8_FORWARD_TARGET)
 _backward_call = jax.ffi.ffi_lowering(ffi_targets.BACKWARD_TARGET)
+_from_fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.FROM_FP8_FORWARD_TARGET)
+_from_fp8_backward_call = jax.ffi.ffi_lowering(ffi_targets.FROM_FP8_BACKWARD_TARGET)
 
 
 def _with_float64_eps(call):
@@ -58,6 +62,11 @@ def _forward_scratch(avals_in):
 def _backward_scratch(avals_in):
     _, _, x, weight = avals_in
     return ffi_targets.cuda_backward_scratch(x.shape, x.dtype, weight.shape)
+
+
+def _from_fp8_backward_scratch(avals_in):
+    _, _, values, weight, _ = avals_in
+    return ffi_targets.cuda_from_fp8_backward_scratch(values.shape, weight.shape)
 
 
 def _with_or_without_residual(rule, residual_rule, operands_without=2):
@@ -137,3 +146,23 @@ mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _with_or_without_residual(
 mlir.register_lowering(rms_norm_fp8_scaled_fwd_shard_p, _with_or_without_residual(
     _with_float64_eps(_scaled_fp8_forward_call),
     _with_float64_eps(_residual_scaled_fp8_forward_call), operands_without=3))
+# The norm of a float8 input: the FFI kernels only (the other routes
+# dequantise in jnp, from_fp8.py); the CUDA backward has scratch.
+mlir.register_lowering(rms_norm_from_fp8_fwd_shard_p, _with_float64_eps(_from_fp8_forward_call))
+mlir.register_lowering(rms_norm_from_fp8_bwd_shard_p, _with_float64_eps(_from_fp8_backward_call),
+                       platform="cpu")
+mlir.register_lowering(rms_norm_from_fp8_bwd_shard_p,
+                       _with_cuda_scratch(_from_fp8_backward_call, _from_fp8_backward_scratch),
+                       platform="cuda")
+
+
+def _quantised_from_fp8_forward(x, weight, *, eps):
+    """(y, inv_rms, values, scales): x quantised by jnp, then normalised by
+    the kernel from its float8 values."""
+    values, scales = float8.quantize(x)
+    y, inv_rms = rms_norm_from_fp8_fwd_shard_p.bind(values, weight, scales, eps=eps)
+    return y, inv_rms, values, scales
+
+
+mlir.register_lowering(rms_norm_through_fp8_input_fwd_shard_p, _on_plain_types(
+    mlir.lower_fun(_quantised_from_fp8_forward, multiple_results=True)))

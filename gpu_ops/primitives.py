@@ -97,6 +97,30 @@ def _scaled_quantised_forward_abstract_eval(x, weight, *residual_and_row_scales,
     return _quantised_forward_abstract_eval(x, weight, *residual, **params)
 
 
+def _from_fp8_forward_abstract_eval(values, weight, scales, **params):
+    del params
+    assert values.dtype == jnp.float8_e4m3fn and scales.dtype == jnp.float32, (values, scales)
+    assert scales.shape == (*values.shape[:-1], weight.shape[0] // FLOAT8_GROUP), scales
+    return (_like(values, values.shape, weight.dtype),
+            _like(values, values.shape[:-1], jnp.float32))
+
+
+def _from_fp8_backward_abstract_eval(dy, inv_rms, values, weight, scales, **params):
+    del params
+    assert dy.shape == values.shape and dy.dtype == weight.dtype, (dy, values, weight)
+    assert inv_rms.shape == values.shape[:-1], (inv_rms, values)
+    return (_like(values, values.shape, weight.dtype),
+            _like(weight, weight.shape, weight.dtype))
+
+
+def _through_fp8_input_forward_abstract_eval(x, weight, **params):
+    del params
+    leading = x.shape[:-1]
+    return (_like(x, x.shape, weight.dtype), _like(x, leading, jnp.float32),
+            _like(x, x.shape, jnp.float8_e4m3fn),
+            _like(x, (*leading, weight.shape[0] // FLOAT8_GROUP), jnp.float32))
+
+
 def _primitive(name, abstract_eval, impl=None):
     primitive = Primitive(name)
     primitive.multiple_results = True
@@ -122,6 +146,25 @@ rms_norm_fp8_fwd_shard_p = _primitive("rms_norm_fp8_fwd_shard",
 rms_norm_fp8_scaled_fwd_shard_p = _primitive("rms_norm_fp8_scaled_fwd_shard",
                                              _scaled_quantised_forward_abstract_eval)
 
+#: The norm of a float8 input, x the float8_e4m3fn values times their
+#: float32 scales, one per group of FLOAT8_GROUP values of a row (float8.py),
+#: with a weight of one dimension: forward ``(values, weight, scales) -> (y,
+#: inv_rms)``, backward ``(dy, inv_rms, values, weight, scales) -> (dx,
+#: dweight)``, where y, dy and dx have the weight's dtype and inv_rms is
+#: float32. The weight is second, as in the other forwards, so that they
+#: share their vmap rule.
+rms_norm_from_fp8_fwd_shard_p = _primitive("rms_norm_from_fp8_fwd_shard",
+                                           _from_fp8_forward_abstract_eval)
+rms_norm_from_fp8_bwd_shard_p = _primitive("rms_norm_from_fp8_bwd_shard",
+                                           _from_fp8_backward_abstract_eval)
+#: x quantised to float8 by jnp, then the forward of that float8 input:
+#: ``(x, weight) -> (y, inv_rms, values, scales)``. One primitive, so that x
+#: is partitioned before it is quantised: XLA could otherwise split a
+#: normalised axis of x, and so its groups, across devices, and then the
+#: scales' sharding would fit no mesh.
+rms_norm_through_fp8_input_fwd_shard_p = _primitive(
+    "rms_norm_through_fp8_input_fwd_shard", _through_fp8_input_forward_abstract_eval)
+
 # Outside jit there is nothing to partition: run the per-shard primitive.
 rms_norm_fwd_p = _primitive(
     "rms_norm_fwd", _forward_abstract_eval, rms_norm_fwd_shard_p.bind)
@@ -132,3 +175,10 @@ rms_norm_fp8_fwd_p = _primitive(
 rms_norm_fp8_scaled_fwd_p = _primitive(
     "rms_norm_fp8_scaled_fwd", _scaled_quantised_forward_abstract_eval,
     rms_norm_fp8_scaled_fwd_shard_p.bind)
+rms_norm_from_fp8_fwd_p = _primitive(
+    "rms_norm_from_fp8_fwd", _from_fp8_forward_abstract_eval, rms_norm_from_fp8_fwd_shard_p.bind)
+rms_norm_from_fp8_bwd_p = _primitive(
+    "rms_norm_from_fp8_bwd", _from_fp8_backward_abstract_eval, rms_norm_from_fp8_bwd_shard_p.bind)
+rms_norm_through_fp8_input_fwd_p = _primitive(
+    "rms_norm_through_fp8_input_fwd", _through_fp8_input_forward_abstract_eval,
+    rms_norm_through_fp8_input_fwd_shard_p.bind)

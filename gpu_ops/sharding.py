@@ -12,8 +12,8 @@ own, though, so each device can work on its own rows. The rules here say so:
   hold different rows (a ``psum``).
 
 A residual operand of the forward (and its result, ``x + residual``) is
-sharded as x is; a scale per row, and the float8 forward's scales per group,
-as the rows are. ``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are lowered
+sharded as x is; a scale per row, and the float8 forward's scales per group
+(and those of a float8 input), as the rows are. ``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are lowered
 through these partitioned functions to the per-shard primitives.
 
 Inside ``shard_map`` the caller partitions instead, and :func:`vary_alike`
@@ -38,8 +38,14 @@ from gpu_ops.primitives import (
     rms_norm_fp8_fwd_shard_p,
     rms_norm_fp8_scaled_fwd_p,
     rms_norm_fp8_scaled_fwd_shard_p,
+    rms_norm_from_fp8_bwd_p,
+    rms_norm_from_fp8_bwd_shard_p,
+    rms_norm_from_fp8_fwd_p,
+    rms_norm_from_fp8_fwd_shard_p,
     rms_norm_fwd_p,
     rms_norm_fwd_shard_p,
+    rms_norm_through_fp8_input_fwd_p,
+    rms_norm_through_fp8_input_fwd_shard_p,
 )
 
 
@@ -141,7 +147,7 @@ def _fp8_forward_partition(eps, kernels, mesh, arg_infos, result_infos, scaled=F
     x_info, weight_info, *rest = arg_infos
     x_sharding, inv_sharding, replicated, _ = _row_shardings(
         mesh, x_info, len(weight_info.shape))
-    scales_sharding = NamedSharding(mesh, PartitionSpec(*inv_sharding.spec, None))
+    scales_sharding = _group_sharding(inv_sharding)
     like_x = (x_sharding,) * (len(rest) - scaled)
     row_scales = (inv_sharding,) if scaled else ()
     primitive = rms_norm_fp8_scaled_fwd_shard_p if scaled else rms_norm_fp8_fwd_shard_p
@@ -158,13 +164,84 @@ def _backward_partition(eps, kernels, mesh, arg_infos, result_infos):
 
     def per_shard(dy, inv_rms, x, weight):
         dx, dweight = _backward.fun(dy, inv_rms, x, weight, eps, kernels)
-        if row_axes:  # each device summed only its own rows
-            total = jax.lax.psum(dweight.astype(inv_rms_dtype(x.dtype)), row_axes)
-            dweight = total.astype(weight.dtype)
-        return dx, dweight
+        return dx, _summed_over_rows(dweight, row_axes, inv_rms_dtype(x.dtype))
 
     arg_shardings = (x_sharding, inv_sharding, x_sharding, replicated)
     return mesh, per_shard, (x_sharding, replicated), arg_shardings
+
+
+def _summed_over_rows(dweight, row_axes, accumulator):
+    """The weight gradient summed, in `accumulator`'s dtype, over the devices
+    that hold different rows (each device summed only its own)."""
+    if not row_axes:
+        return dweight
+    return jax.lax.psum(dweight.astype(accumulator), row_axes).astype(dweight.dtype)
+
+
+def _group_sharding(inv_sharding):
+    """The sharding of a scale per group of a row: the rows', then the groups
+    replicated."""
+    return NamedSharding(inv_sharding.mesh, PartitionSpec(*inv_sharding.spec, None))
+
+
+# The primitives of a float8 input: each operand and result by what it is
+# (x: rows and the normalised axis; n: the normalised axis, the weight;
+# rows: one per row; groups: one per group of a row) and which operand is x.
+_FROM_FP8_FORWARD = (("x", "n", "groups"), ("x", "rows"), 0)
+_THROUGH_FP8_INPUT_FORWARD = (("x", "n"), ("x", "rows", "x", "groups"), 0)
+_FROM_FP8_BACKWARD = (("x", "rows", "x", "n", "groups"), ("x", "n"), 2)
+
+
+def _grouped_rule(kinds):
+    """The sharding rule of a primitive of a float8 input, whose operands and
+    results are `kinds`: rows keep their sharding, the normalised axis and
+    the groups of a row (g) are replicated."""
+    operands, results, x_operand = kinds
+
+    def rule(eps, kernels, mesh, operand_types, result_types):
+        del eps, kernels, mesh, result_types
+        rows, normalised, replicated = _factor_names(len(operand_types[x_operand].shape), 1)
+        factors = {"x": f"{rows} {normalised}", "n": normalised, "rows": rows,
+                   "groups": f"{rows} g"}
+        text = (f"{', '.join(factors[k] for k in operands)} -> "
+                f"{', '.join(factors[k] for k in results)}")
+        return text, {"need_replication_factors": (*replicated, "g")}
+    return rule
+
+
+def _grouped_shardings(mesh, x_info):
+    """The shardings of _grouped_rule's kinds of arrays, and the mesh axes
+    the rows are split over."""
+    x_sharding, inv_sharding, replicated, row_axes = _row_shardings(mesh, x_info, 1)
+    return {"x": x_sharding, "n": replicated, "rows": inv_sharding,
+            "groups": _group_sharding(inv_sharding)}, row_axes
+
+
+def _grouped_forward_partition(kinds, primitive):
+    """The partition function of a forward of a float8 input (or output)."""
+    operands, results, x_operand = kinds
+
+    def partition(eps, kernels, mesh, arg_infos, result_infos):
+        del kernels, result_infos
+        shardings, _ = _grouped_shardings(mesh, arg_infos[x_operand])
+        per_shard = partial(_bind_fp8_forward_shard, eps=eps, primitive=primitive)
+        return (mesh, per_shard, tuple(shardings[k] for k in results),
+                tuple(shardings[k] for k in operands))
+    return partition
+
+
+def _from_fp8_backward_partition(eps, kernels, mesh, arg_infos, result_infos):
+    del kernels, result_infos
+    operands, results, x_operand = _FROM_FP8_BACKWARD
+    shardings, row_axes = _grouped_shardings(mesh, arg_infos[x_operand])
+
+    def per_shard(dy, inv_rms, values, weight, scales):
+        dx, dweight = rms_norm_from_fp8_bwd_shard_p.bind(
+            dy, inv_rms, values, weight, scales, eps=eps)
+        return dx, _summed_over_rows(dweight, row_axes, inv_rms.dtype)
+
+    return (mesh, per_shard, tuple(shardings[k] for k in results),
+            tuple(shardings[k] for k in operands))
 
 
 def _bind_forward_shard(*operands, eps, kernels):
@@ -217,12 +294,42 @@ def _backward(dy, inv_rms, x, weight, eps, kernels):
         dy, inv_rms, x, weight, eps=eps, kernels=kernels))
 
 
+@partial(custom_partitioning, static_argnums=(3, 4))
+def _from_fp8_forward(values, weight, scales, eps, kernels):
+    del kernels  # the FFI kernels only
+    return _bind_fp8_forward_shard(values, weight, scales, eps=eps,
+                                   primitive=rms_norm_from_fp8_fwd_shard_p)
+
+
+@partial(custom_partitioning, static_argnums=(2, 3))
+def _through_fp8_input_forward(x, weight, eps, kernels):
+    del kernels
+    return _bind_fp8_forward_shard(x, weight, eps=eps,
+                                   primitive=rms_norm_through_fp8_input_fwd_shard_p)
+
+
+@partial(custom_partitioning, static_argnums=(5, 6))
+def _from_fp8_backward(dy, inv_rms, values, weight, scales, eps, kernels):
+    del kernels
+    return tuple(rms_norm_from_fp8_bwd_shard_p.bind(dy, inv_rms, values, weight, scales,
+                                                    eps=eps))
+
+
 _forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
 _residual_forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
 _backward.def_partition(partition=_backward_partition, sharding_rule=_backward_rule)
 _fp8_forward.def_partition(partition=_fp8_forward_partition, sharding_rule=_fp8_forward_rule)
 _residual_fp8_forward.def_partition(partition=_fp8_forward_partition,
                                     sharding_rule=_fp8_forward_rule)
+_from_fp8_forward.def_partition(
+    partition=_grouped_forward_partition(_FROM_FP8_FORWARD, rms_norm_from_fp8_fwd_shard_p),
+    sharding_rule=_grouped_rule(_FROM_FP8_FORWARD))
+_through_fp8_input_forward.def_partition(
+    partition=_grouped_forward_partition(_THROUGH_FP8_INPUT_FORWARD,
+                                         rms_norm_through_fp8_input_fwd_shard_p),
+    sharding_rule=_grouped_rule(_THROUGH_FP8_INPUT_FORWARD))
+_from_fp8_backward.def_partition(partition=_from_fp8_backward_partition,
+                                 sharding_rule=_grouped_rule(_FROM_FP8_BACKWARD))
 for _scaled in (_scaled_fp8_forward, _residual_scaled_fp8_forward):
     _scaled.def_partition(partition=partial(_fp8_forward_partition, scaled=True),
                           sharding_rule=partial(_fp8_forward_rule, scaled=True))
@@ -255,13 +362,18 @@ mlir.register_lowering(rms_norm_fp8_fwd_p,
                        _lowering_through({2: _fp8_forward, 3: _residual_fp8_forward}))
 mlir.register_lowering(rms_norm_fp8_scaled_fwd_p, _lowering_through(
     {3: _scaled_fp8_forward, 4: _residual_scaled_fp8_forward}))
+mlir.register_lowering(rms_norm_from_fp8_fwd_p, _lowering_through({3: _from_fp8_forward}))
+mlir.register_lowering(rms_norm_from_fp8_bwd_p, _lowering_through({5: _from_fp8_backward}))
+mlir.register_lowering(rms_norm_through_fp8_input_fwd_p,
+                       _lowering_through({2: _through_fp8_input_forward}))
 
 # custom_partitioning needs the device assignment while lowering; jit provides
 # it only to computations holding a primitive in this set. JAX adds its own
 # custom_partitioning primitive; ours hide it inside their lowering, so they
 # are added too (there is no public API for this; TransformerEngine does the same).
 dispatch.prim_requires_devices_during_lowering.update(
-    {rms_norm_fwd_p, rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p})
+    {rms_norm_fwd_p, rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
+     rms_norm_from_fp8_fwd_p, rms_norm_from_fp8_bwd_p, rms_norm_through_fp8_input_fwd_p})
 
 
 def vary_alike(*arrays):

@@ -56,10 +56,10 @@ def check_residual(x, residual):
     return residual
 
 
-def check_float8_weight(weight, group):
+def check_float8_weight(weight, group, function="rms_norm_fp8"):
     """ValueError unless the weight is one axis of a multiple of `group` values."""
     if weight.ndim != 1 or weight.size % group:
-        raise ValueError(f"rms_norm_fp8: weight must have one dimension, a multiple of "
+        raise ValueError(f"{function}: weight must have one dimension, a multiple of "
                          f"{group} long (the groups that share a scale), got shape "
                          f"{weight.shape}")
 
@@ -125,3 +125,31 @@ def check_implementation(implementation, known):
         raise ValueError(f"rms_norm: implementation must be one of {sorted(known)}, "
                          f"got {implementation!r}")
     return implementation
+
+
+def check_float8_input_weight(weight, group, function):
+    """TypeError/ValueError unless the weight suits the kernels of a float8
+    input: float16, bfloat16 or float32, one axis of a multiple of `group`."""
+    if weight.dtype not in (jnp.float16, jnp.bfloat16, jnp.float32):
+        raise TypeError(f"{function}: weight must be float16, bfloat16 or float32, "
+                        f"got {weight.dtype}")
+    check_float8_weight(weight, group, function)
+
+
+def check_float8_input(values, scales, weight, eps, group):
+    """Raise TypeError/ValueError unless float8 `values` with their float32
+    `scales` (one per `group` values of a row) fit `weight`; return eps as a
+    float."""
+    if values.dtype != jnp.float8_e4m3fn:
+        raise TypeError(f"rms_norm_from_fp8: values must be float8_e4m3fn, got {values.dtype}")
+    if scales.dtype != jnp.float32:
+        raise TypeError(f"rms_norm_from_fp8: scales must be float32, got {scales.dtype}")
+    check_float8_input_weight(weight, group, "rms_norm_from_fp8")
+    if values.ndim == 0 or values.shape[-1] != weight.shape[0]:
+        raise ValueError(f"rms_norm_from_fp8: values' last axis must be the weight's "
+                         f"length {weight.shape[0]}, got shape {values.shape}")
+    expected = (*values.shape[:-1], weight.shape[0] // group)
+    if scales.shape != expected:
+        raise ValueError(f"rms_norm_from_fp8: scales must have shape {expected} (one per "
+                         f"{group} values of a row), got {scales.shape}")
+    return check_rms_norm_args(jax.ShapeDtypeStruct(values.shape, jnp.float32), weight, eps)

@@ -421,6 +421,31 @@ def test_fp8_forward_with_a_given_scale(shape, dtype, weight_dtype, implementati
     np.testing.assert_allclose(got, want, rtol=2.0**-3, atol=2.0**-9)
 
 
+# The norm of a float8 input (rms_norm_from_fp8.cu): one group a row, many,
+# a row a block sweeps several times, more rows than the backward has
+# partial rows (so its blocks take several each), each weight dtype.
+FROM_FP8_CASES = [((67, 128), jnp.bfloat16), ((67, 4_096), jnp.bfloat16),
+                  ((9, 262_144), jnp.float16), ((70_001, 256), jnp.float32),
+                  ((3_000, 1_024), jnp.bfloat16)]
+
+
+@pytest.mark.parametrize("shape,weight_dtype", FROM_FP8_CASES, ids=str)
+def test_fp8_input_over_the_row_lengths(shape, weight_dtype, implementation):
+    x, weight, dy = random_inputs(shape, weight_dtype, seed=11)
+    values, scales = float8.quantize(x)
+    read_back = np.asarray(float8.dequantize(values, scales), np.float64)
+    y, pullback = jax.vjp(gpu_ops.rms_norm_through_fp8_input, x, weight)
+    assert_close(y, reference.forward(read_back, weight))
+    if implementation == "primitives":  # the same kernel
+        np.testing.assert_array_equal(y, gpu_ops.rms_norm_from_fp8(values, scales, weight))
+    dx, dweight = pullback(dy)
+    expected_dx, expected_dweight = reference.vjp(read_back, weight, dy)
+    assert_close(dx, expected_dx)
+    scale = np.abs(expected_dweight).max()
+    np.testing.assert_allclose(np.asarray(dweight, np.float64), expected_dweight,
+                               rtol=4e-2, atol=4e-3 * scale)
+
+
 @pytest.mark.parametrize("shape", [(67, 4_096), (9, 262_144)], ids=str)
 def test_fp8_forward_with_a_residual(shape):
     x, weight, _ = random_inputs(shape, jnp.bfloat16, seed=9)

@@ -62,6 +62,16 @@ FP8_CASES = [
     ((9, 4096), jnp.bfloat16, jnp.float32),
 ]
 
+# The norm of a float8 input, forward and backward: one group, rows a block
+# sweeps several times, more rows than the backward's partial rows, no rows,
+# each weight dtype.
+FROM_FP8_CASES = [
+    ((5, 128), jnp.bfloat16),
+    ((3, 262144), jnp.float32),
+    ((3000, 1024), jnp.float16),
+    ((0, 256), jnp.bfloat16),
+]
+
 
 def main():
     for shape, x_dtype, w_dtype in CASES:
@@ -87,6 +97,13 @@ def main():
         jax.block_until_ready(gpu_ops.rms_norm_fp8(x, weight, residual=x, scale=0.01))
         print("ok, quantised (with a residual, a given scale)", shape,
               jnp.dtype(x_dtype).name, jnp.dtype(w_dtype).name, flush=True)
+
+    for shape, w_dtype in FROM_FP8_CASES:
+        x = jax.random.normal(jax.random.key(3), shape, jnp.float32).astype(w_dtype)
+        weight = jnp.ones(shape[-1:], w_dtype)
+        y, pullback = jax.vjp(gpu_ops.rms_norm_through_fp8_input, x, weight)
+        jax.block_until_ready((y, *pullback(jnp.ones_like(y))))
+        print("ok, from float8", shape, jnp.dtype(w_dtype).name, flush=True)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ py::dict Targets() {
   cpu["gpu_ops_rms_norm_residual_fp8_scaled_fwd"] =
       Capsule(gpu_ops::RmsNormResidualScaledQuantisedForwardCpu);
   cpu["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCpu);
+  cpu["gpu_ops_rms_norm_from_fp8_fwd"] = Capsule(gpu_ops::RmsNormFromFloat8ForwardCpu);
+  cpu["gpu_ops_rms_norm_from_fp8_bwd"] = Capsule(gpu_ops::RmsNormFromFloat8BackwardCpu);
   py::dict targets;
   targets["cpu"] = cpu;
 #ifdef GPU_OPS_WITH_CUDA
@@ -50,6 +52,10 @@ py::dict Targets() {
   cuda["gpu_ops_rms_norm_residual_fp8_scaled_fwd"] =
       Capsule(gpu_ops::RmsNormResidualScaledQuantisedForwardCuda);
   cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
+  cuda["gpu_ops_rms_norm_from_fp8_fwd"] =
+      Capsule(gpu_ops::RmsNormFromFloat8ForwardCuda);
+  cuda["gpu_ops_rms_norm_from_fp8_bwd"] =
+      Capsule(gpu_ops::RmsNormFromFloat8BackwardCuda);
   targets["CUDA"] = cuda;
 #endif
   return targets;

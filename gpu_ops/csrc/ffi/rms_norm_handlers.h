@@ -8,6 +8,12 @@
 // after the forward's results, dweight_partials and chunk_sums after the
 // backward's.
 //
+//   forward of a float8 input: (values, weight, scales; eps) -> (y, inv_rms),
+//             x the float8_e4m3fn values times their groups' float32 scales
+//   backward of a float8 input: (dy, inv_rms, values, weight, scales; eps)
+//             -> (dx, dweight), dx in the weight's dtype; on CUDA with
+//             dweight_partials after them
+//
 // y and dy have weight's dtype, dx has x's dtype, inv_rms has x's leading
 // (non-normalised) shape and is float32 unless x is float64.
 #ifndef GPU_OPS_RMS_NORM_HANDLERS_H_
@@ -25,6 +31,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8ForwardCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8BackwardCpu);
 
 #ifdef GPU_OPS_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCuda);
@@ -34,6 +42,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8ForwardCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8BackwardCuda);
 // The plans the handlers make on the current GPU, given the paths that
 // GPU_OPS_PLAN_WITHOUT leaves out (with the same occupancy answers and the
 // same GPU_OPS_PLAN_WITHOUT_CLUSTERS setting).

@@ -54,6 +54,14 @@ struct Storage<__nv_bfloat16> {
   }
 };
 
+// The sum of v over the warp's 32 threads, on every thread.
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
 inline unsigned GridSize(int64_t blocks_wanted, int64_t cap) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks_wanted, 1, cap));
 }

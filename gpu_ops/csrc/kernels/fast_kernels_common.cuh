@@ -89,13 +89,6 @@ inline float Reciprocal(int64_t n) {
   return static_cast<float>(1.0 / static_cast<double>(n));
 }
 
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  return v;
-}
-
 // Shared memory for TeamSum. Alternate calls use alternate halves, so one
 // barrier per call suffices: a slot is rewritten two calls later, after
 // every thread of the team has passed the barrier of the call in between,

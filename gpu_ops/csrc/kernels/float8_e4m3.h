@@ -34,6 +34,16 @@ inline uint8_t ToFloat8E4M3(double v) {
   return sign | static_cast<uint8_t>(((exponent - 1 + 7) << 3) | mantissa);
 }
 
+// The value of float8_e4m3fn bits, exactly (every one is a float).
+inline float FromFloat8E4M3(uint8_t bits) {
+  const float sign = (bits & 0x80) ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0x0f;
+  const int mantissa = bits & 0x07;
+  if (exponent == 0x0f && mantissa == 0x07) return std::nanf("");
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign * std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
+}
+
 }  // namespace gpu_ops
 
 #endif  // GPU_OPS_FLOAT8_E4M3_H_

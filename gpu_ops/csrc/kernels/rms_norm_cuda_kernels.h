@@ -9,7 +9,8 @@
 // - rms_norm_split_rows.cu: each row over many blocks, in two passes;
 // - rms_norm_general.cu: every dtype pair and row length (kGeneral), with a
 //   residual add too;
-// - rms_norm_fp8.cu: the forward quantised to float8, any dtypes.
+// - rms_norm_fp8.cu: the forward quantised to float8, any dtypes;
+// - rms_norm_from_fp8.cu: the norm of a float8 input, forward and backward.
 //
 // Buffers have been validated (rms_norm_checks.h) and rows > 0.
 #ifndef GPU_OPS_RMS_NORM_CUDA_KERNELS_H_
@@ -72,6 +73,26 @@ struct QuantisedForwardBuffers {
 ffi::Error QuantisedForward(cudaStream_t stream, const QuantisedForwardBuffers& b,
                             RowGeometry g, double eps);
 
+// The norm of float8_e4m3fn values with a float32 scale per group of
+// kFloat8Group values of a row (rms_norm_from_fp8_checks.h).
+struct FromFloat8ForwardBuffers {
+  ffi::AnyBuffer values, w, scales;  // inputs
+  ffi::AnyBuffer y, inv_rms;         // results
+};
+struct FromFloat8BackwardBuffers {
+  ffi::AnyBuffer dy, inv_rms, values, w, scales;  // inputs
+  ffi::AnyBuffer dx, dw;                          // results
+  ffi::AnyBuffer partials;  // scratch: float32 (num_partials, row_length)
+};
+ffi::Error FromFloat8Forward(cudaStream_t stream, const FromFloat8ForwardBuffers& b,
+                             RowGeometry g, double eps);
+ffi::Error FromFloat8Backward(cudaStream_t stream, const FromFloat8BackwardBuffers& b,
+                              RowGeometry g);
+
+// dw = the sum of the rows of `partials` (float32 or float64, num_partials
+// by row_length), in dw's dtype: the backward's last step.
+ffi::Error SumPartials(cudaStream_t stream, const ffi::AnyBuffer& partials,
+                       const ffi::AnyBuffer& dw, RowGeometry g);
 
 // Whether this GPU runs the kernels' Hopper code, clusters included.
 bool RunsClusters();

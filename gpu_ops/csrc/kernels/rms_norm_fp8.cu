@@ -21,15 +21,12 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/float8_warp_groups.cuh"
 #include "kernels/rms_norm_cuda_kernels.h"
 
 namespace gpu_ops {
 namespace {
 
-constexpr int kFp8Threads = 256;
-constexpr int kFp8Warps = kFp8Threads / kWarpSize;
-constexpr int kValuesPerThread = kFloat8Group / kWarpSize;
-static_assert(kValuesPerThread == 4, "a thread's float8 values are one word");
 constexpr float kFloat8Max = 448.0f;
 
 // op over the warp's 32 values of v, on every lane.
@@ -45,7 +42,7 @@ __device__ V WarpReduce(V v, Op op) {
 // stored in `sum` (by other threads than those that read it back, after
 // the block's barriers).
 template <typename X, typename W, bool kResidual>
-__global__ void __launch_bounds__(kFp8Threads)
+__global__ void __launch_bounds__(kFloat8BlockThreads)
     QuantisedForwardKernel(const X* __restrict__ x, const W* __restrict__ w,
                            uint32_t* __restrict__ values,
                            float* __restrict__ scales,
@@ -54,14 +51,14 @@ __global__ void __launch_bounds__(kFp8Threads)
                            const X* __restrict__ residual, X* __restrict__ sum,
                            const float* __restrict__ row_scales) {
   using A = AccumulatorFor<X>;
-  __shared__ A warp_sums[kFp8Warps];
+  __shared__ A warp_sums[kFloat8BlockWarps];
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int64_t groups = row_length / kFloat8Group;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t base = row * row_length;
     A squares = 0;
-    for (int64_t c = threadIdx.x; c < row_length; c += kFp8Threads) {
+    for (int64_t c = threadIdx.x; c < row_length; c += kFloat8BlockThreads) {
       X value = x[base + c];
       if constexpr (kResidual) {
         value = Storage<X>::From(ToAcc<A>(value) + ToAcc<A>(residual[base + c]));
@@ -76,15 +73,15 @@ __global__ void __launch_bounds__(kFp8Threads)
     if (lane == 0) warp_sums[warp] = squares;
     __syncthreads();
     A total = 0;
-    for (int k = 0; k < kFp8Warps; ++k) total += warp_sums[k];
+    for (int k = 0; k < kFloat8BlockWarps; ++k) total += warp_sums[k];
     const A inv = A(1) / sqrt(total / A(row_length) + A(eps));
     if (threadIdx.x == 0) inv_rms[row] = inv;
-    for (int64_t group = warp; group < groups; group += kFp8Warps) {
-      const int64_t first = group * kFloat8Group + lane * kValuesPerThread;
-      float y[kValuesPerThread];
+    for (int64_t group = warp; group < groups; group += kFloat8BlockWarps) {
+      const int64_t first = group * kFloat8Group + lane * kFloat8ValuesPerThread;
+      float y[kFloat8ValuesPerThread];
       float largest = 0;
 #pragma unroll
-      for (int k = 0; k < kValuesPerThread; ++k) {
+      for (int k = 0; k < kFloat8ValuesPerThread; ++k) {
         y[k] = static_cast<float>(ToAcc<A>(w[first + k]) *
                                   (inv * ToAcc<A>(x_row[first + k])));
         largest = fmaxf(largest, fabsf(y[k]));
@@ -95,12 +92,12 @@ __global__ void __launch_bounds__(kFp8Threads)
                                                 : 1.0f;
       uint32_t word = 0;
 #pragma unroll
-      for (int k = 0; k < kValuesPerThread; ++k) {
+      for (int k = 0; k < kFloat8ValuesPerThread; ++k) {
         const uint32_t bits =
             __nv_cvt_float_to_fp8(y[k] / scale, __NV_SATFINITE, __NV_E4M3);
         word |= bits << (8 * k);  // little-endian: value k at byte k
       }
-      values[(row * row_length + first) / kValuesPerThread] = word;
+      values[(row * row_length + first) / kFloat8ValuesPerThread] = word;
       if (lane == 0) {
         scales[row * groups + group] = row_scales != nullptr ? largest : scale;
       }
@@ -117,7 +114,7 @@ ffi::Error QuantisedForward(cudaStream_t stream, const QuantisedForwardBuffers& 
         using X = typename decltype(xt)::type;
         using W = typename decltype(wt)::type;
         const auto launch = [&](auto kernel, const X* residual, X* sum) {
-          kernel<<<GridSize(g.rows, kMaxGrid), kFp8Threads, 0, stream>>>(
+          kernel<<<GridSize(g.rows, kMaxGrid), kFloat8BlockThreads, 0, stream>>>(
               static_cast<const X*>(b.x.untyped_data()),
               static_cast<const W*>(b.w.untyped_data()),
               static_cast<uint32_t*>(b.values.untyped_data()),

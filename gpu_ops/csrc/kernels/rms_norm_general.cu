@@ -168,7 +168,7 @@ ffi::Error GeneralBackward(cudaStream_t stream, const BackwardBuffers& b,
                            RowGeometry g) {
   const int64_t num_partials = b.partials.dimensions()[0];
   const int threads = GeneralThreads(g.row_length);
-  return DispatchFloatPair<__half, __nv_bfloat16>(
+  const ffi::Error err = DispatchFloatPair<__half, __nv_bfloat16>(
       b.x.element_type(), b.w.element_type(), [&](auto xt, auto wt) {
         using X = typename decltype(xt)::type;
         using W = typename decltype(wt)::type;
@@ -183,17 +183,30 @@ ffi::Error GeneralBackward(cudaStream_t stream, const BackwardBuffers& b,
             static_cast<const X*>(b.x.untyped_data()),
             static_cast<const W*>(b.w.untyped_data()),
             static_cast<X*>(b.dx.untyped_data()), partials, g.rows, g.row_length);
-        if (auto err = CheckLaunch("GeneralBackwardKernel"); err.failure()) {
-          return err;
-        }
-        constexpr int kSumThreads = 256;
-        SumPartialsKernel<W, A><<<GridSize(CeilDiv(g.row_length, int64_t{kSumThreads}),
-                                           kMaxGrid),
-                                  kSumThreads, 0, stream>>>(
-            partials, static_cast<W*>(b.dw.untyped_data()), num_partials,
-            g.row_length);
-        return CheckLaunch("SumPartialsKernel");
+        return CheckLaunch("GeneralBackwardKernel");
       });
+  if (err.failure()) return err;
+  return SumPartials(stream, b.partials, b.dw, g);
+}
+
+ffi::Error SumPartials(cudaStream_t stream, const ffi::AnyBuffer& partials,
+                       const ffi::AnyBuffer& dw, RowGeometry g) {
+  const int64_t num_partials = partials.dimensions()[0];
+  const auto launch = [&](auto accumulator) {
+    using A = typename decltype(accumulator)::type;
+    return DispatchFloat<__half, __nv_bfloat16>(dw.element_type(), [&](auto wt) {
+      using W = typename decltype(wt)::type;
+      constexpr int kSumThreads = 256;
+      SumPartialsKernel<W, A><<<GridSize(CeilDiv(g.row_length, int64_t{kSumThreads}),
+                                         kMaxGrid),
+                                kSumThreads, 0, stream>>>(
+          static_cast<const A*>(partials.untyped_data()),
+          static_cast<W*>(dw.untyped_data()), num_partials, g.row_length);
+      return CheckLaunch("SumPartialsKernel");
+    });
+  };
+  return partials.element_type() == ffi::DataType::F64 ? launch(TypeTag<double>{})
+                                                      : launch(TypeTag<float>{});
 }
 
 }  // namespace gpu_ops

@@ -1,0 +1,81 @@
+// The CUDA FFI handlers of the norm of a float8 input: validate the buffers,
+// then launch rms_norm_from_fp8.cu's kernels (one forward and one backward
+// for every shape). The backward takes its weight-gradient scratch as an
+// extra result, as the other backward does (cuda_scratch.h).
+#include <cuda_runtime.h>
+
+#include "ffi/rms_norm_checks.h"
+#include "ffi/rms_norm_from_fp8_checks.h"
+#include "ffi/rms_norm_handlers.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/rms_norm_cuda_kernels.h"
+
+namespace gpu_ops {
+namespace {
+
+ffi::Error FromFloat8ForwardCuda(cudaStream_t stream, ffi::AnyBuffer values,
+                                 ffi::AnyBuffer w, ffi::AnyBuffer scales,
+                                 ffi::Result<ffi::AnyBuffer> y,
+                                 ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
+  RowGeometry g;
+  if (auto err = CheckFromFloat8ForwardBuffers(values, w, scales, eps, *y,
+                                               *inv_rms, &g);
+      err.failure()) {
+    return err;
+  }
+  if (g.rows == 0) return ffi::Error::Success();
+  return FromFloat8Forward(stream, {values, w, scales, *y, *inv_rms}, g, eps);
+}
+
+ffi::Error FromFloat8BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
+                                  ffi::AnyBuffer inv_rms, ffi::AnyBuffer values,
+                                  ffi::AnyBuffer w, ffi::AnyBuffer scales,
+                                  ffi::Result<ffi::AnyBuffer> dx,
+                                  ffi::Result<ffi::AnyBuffer> dw,
+                                  ffi::Result<ffi::AnyBuffer> partials, double eps) {
+  RowGeometry g;
+  if (auto err = CheckFromFloat8BackwardBuffers(dy, inv_rms, values, w, scales,
+                                                eps, *dx, *dw, &g);
+      err.failure()) {
+    return err;
+  }
+  if (auto err = CheckPartials(*partials, ffi::DataType::F32, g); err.failure()) {
+    return err;
+  }
+  if (g.rows == 0) {
+    // No rows: the weight gradient is zero.
+    return CudaStatus(cudaMemsetAsync(dw->untyped_data(), 0, dw->size_bytes(), stream),
+                      "cudaMemsetAsync");
+  }
+  return FromFloat8Backward(
+      stream, {dy, inv_rms, values, w, scales, *dx, *dw, *partials}, g);
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormFromFloat8ForwardCuda, FromFloat8ForwardCuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // float8 values of x
+                                  .Arg<ffi::AnyBuffer>()  // weight
+                                  .Arg<ffi::AnyBuffer>()  // x's scales
+                                  .Ret<ffi::AnyBuffer>()  // y
+                                  .Ret<ffi::AnyBuffer>()  // inv_rms
+                                  .Attr<double>("eps"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormFromFloat8BackwardCuda, FromFloat8BackwardCuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // dy
+                                  .Arg<ffi::AnyBuffer>()  // inv_rms
+                                  .Arg<ffi::AnyBuffer>()  // float8 values of x
+                                  .Arg<ffi::AnyBuffer>()  // weight
+                                  .Arg<ffi::AnyBuffer>()  // x's scales
+                                  .Ret<ffi::AnyBuffer>()  // dx
+                                  .Ret<ffi::AnyBuffer>()  // dweight
+                                  .Ret<ffi::AnyBuffer>()  // dweight_partials (scratch)
+                                  .Attr<double>("eps"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace gpu_ops

@@ -1,0 +1,134 @@
+// The rows of the CPU implementation (rms_norm_cpu.cc), shared with the
+// norm of a float8 input (rms_norm_from_fp8_cpu.cc): the forward's inverse
+// RMS and normalised output, and the backward, every sum in double.
+#ifndef GPU_OPS_RMS_NORM_CPU_ROWS_H_
+#define GPU_OPS_RMS_NORM_CPU_ROWS_H_
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "ffi/rms_norm_checks.h"
+#include "kernels/cpu_half_types.h"
+#include "kernels/dtype_dispatch.h"
+
+namespace gpu_ops {
+
+// Every sum is taken in double, pairwise: its rounding error grows with the
+// logarithm of its length, not with the length, so a row of 2^25 values or a
+// weight gradient over millions of rows is as exact as a short one. (A
+// sequential float32 sum of 2^25 ones stops growing at 2^24.)
+constexpr int64_t kPairwiseLeaf = 128;
+
+template <typename F>
+double PairwiseSum(int64_t begin, int64_t end, const F& term) {
+  if (end - begin <= kPairwiseLeaf) {
+    double sum = 0;
+    for (int64_t i = begin; i < end; ++i) sum += term(i);
+    return sum;
+  }
+  const int64_t middle = begin + (end - begin) / 2;
+  return PairwiseSum(begin, middle, term) + PairwiseSum(middle, end, term);
+}
+
+// sum = x + residual, rounded to x's dtype once, as jnp's x + residual is:
+// the sum of two values of x's dtype is exact in double for 16-bit values,
+// and rounds to the nearest float32 or float64 as their own addition does.
+// Returns sum, for the caller to normalise while it is still in the cache.
+template <typename X>
+const X* AddRow(const X* x, const X* residual, X* sum, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    sum[c] = Store<X>::From(Load<double>(x[c]) + Load<double>(residual[c]));
+  }
+  return sum;
+}
+
+// Each row of x, or with a residual of x + residual (AddRow): its inverse
+// RMS into inv_rms, then write(r, row, inv) writes its output.
+template <typename X, typename Write>
+void ForwardRows(const X* x, AccumulatorFor<X>* inv_rms, RowGeometry g,
+                 double eps, const X* residual, X* sum, Write write) {
+  const int64_t n = g.row_length;
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const X* x_row = x + r * n;
+    if (residual != nullptr) {
+      x_row = AddRow(x_row, residual + r * n, sum + r * n, n);
+    }
+    const double sum_squares = PairwiseSum(0, n, [&](int64_t c) {
+      const double v = Load<double>(x_row[c]);
+      return v * v;
+    });
+    const double inv = 1.0 / std::sqrt(sum_squares / double(n) + eps);
+    inv_rms[r] = static_cast<AccumulatorFor<X>>(inv);
+    write(r, x_row, inv);
+  }
+}
+
+// The outputs ForwardRows writes (this one, and QuantisedRows in
+// rms_norm_cpu.cc): each makes, for the element types of x and the weight,
+// the function that writes a row.
+
+// y = w * (inv * x), in the weight's dtype.
+struct NormalisedRows {
+  ffi::AnyBuffer& y;
+
+  template <typename X, typename W>
+  auto For(const W* w, int64_t n) const {
+    W* out = static_cast<W*>(y.untyped_data());
+    return [=](int64_t r, const X* row, double inv) {
+      for (int64_t c = 0; c < n; ++c) {
+        out[r * n + c] = Store<W>::From(Load<double>(w[c]) * (inv * Load<double>(row[c])));
+      }
+    };
+  }
+};
+
+// dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv
+//
+// BackwardRows computes dx (of dtype D, x's unless given) for rows
+// [begin, end) and adds their part of the weight gradient to dw_sum, splitting the rows in halves (each half into a
+// vector of its own) down to kPairwiseLeaf rows: the weight gradient's sums
+// over rows are pairwise too.
+template <typename X, typename W, typename D = X>
+void BackwardRows(const W* dy, const AccumulatorFor<X>* inv_rms, const X* x,
+                  const W* w, D* dx, double* dw_sum, RowGeometry g,
+                  int64_t begin, int64_t end) {
+  const int64_t n = g.row_length;
+  if (end - begin > kPairwiseLeaf) {
+    const int64_t middle = begin + (end - begin) / 2;
+    std::vector<double> second_half(static_cast<size_t>(n), 0.0);
+    BackwardRows(dy, inv_rms, x, w, dx, dw_sum, g, begin, middle);
+    BackwardRows(dy, inv_rms, x, w, dx, second_half.data(), g, middle, end);
+    for (int64_t c = 0; c < n; ++c) dw_sum[c] += second_half[c];
+    return;
+  }
+  for (int64_t r = begin; r < end; ++r) {
+    const X* x_row = x + r * n;
+    const W* dy_row = dy + r * n;
+    const double inv = inv_rms[r];
+    const double dot = PairwiseSum(0, n, [&](int64_t c) {
+      return Load<double>(dy_row[c]) * Load<double>(w[c]) * Load<double>(x_row[c]);
+    });
+    const double correction = inv * inv * dot / double(n);
+    for (int64_t c = 0; c < n; ++c) {
+      const double xv = Load<double>(x_row[c]);
+      const double dyv = Load<double>(dy_row[c]);
+      dx[r * n + c] = Store<D>::From(inv * (dyv * Load<double>(w[c]) - xv * correction));
+      dw_sum[c] += dyv * xv * inv;
+    }
+  }
+}
+
+template <typename X, typename W, typename D = X>
+void Backward(const W* dy, const AccumulatorFor<X>* inv_rms, const X* x,
+              const W* w, D* dx, W* dw, RowGeometry g) {
+  std::vector<double> dw_sum(static_cast<size_t>(g.row_length), 0.0);
+  BackwardRows(dy, inv_rms, x, w, dx, dw_sum.data(), g, 0, g.rows);
+  for (int64_t c = 0; c < g.row_length; ++c) {
+    dw[c] = Store<W>::From(dw_sum[c]);
+  }
+}
+
+}  // namespace gpu_ops
+
+#endif  // GPU_OPS_RMS_NORM_CPU_ROWS_H_
