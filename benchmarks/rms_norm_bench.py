@@ -364,12 +364,15 @@ def main(argv=None):
         if unknown:
             parser.error(f"--without: {sorted(unknown)} are not among the paths that can be "
                          f"left out, {kernel_plans.PATHS[:-1]}")
-        # Before anything runs: the handlers read it when they plan a call.
+    if args.compare_paths and (not args.out or args.without or args.impl):
+        parser.error("--compare-paths chooses the paths and implementations itself: give "
+                     "--out, and neither --without nor --impl")
+    # Only once every argument is checked (a refused call changes nothing, in
+    # a process that goes on, as a test's does): before anything runs, as the
+    # handlers read it when they plan a call.
+    if args.without:
         os.environ["GPU_OPS_PLAN_WITHOUT"] = ",".join(args.without)
     if args.compare_paths:
-        if not args.out or args.without or args.impl:
-            parser.error("--compare-paths chooses the paths and implementations itself: give "
-                         "--out, and neither --without nor --impl")
         # Its runs are processes of their own, which need the GPU's memory.
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     on_gpu = jax.default_backend() == "gpu"

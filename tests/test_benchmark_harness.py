@@ -78,7 +78,9 @@ def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit):
         bench.main(["--without", "fastest", "--out", str(tmp_path / "a.json")])
     assert "not among the paths" in capsys.readouterr().err
-    monkeypatch.delenv("GPU_OPS_PLAN_WITHOUT", raising=False)
+    # set, then removed: monkeypatch restores the variable's absence after the test
+    monkeypatch.setenv("GPU_OPS_PLAN_WITHOUT", "")
+    monkeypatch.delenv("GPU_OPS_PLAN_WITHOUT")
     out = tmp_path / "without.json"
     bench.main(["--out", str(out), "--repeats", "1", "--calls", "1", "--row-len", "1024",
                 "--dtype", "float32", "--without", "grid_rows", "split_rows"])
@@ -267,13 +269,17 @@ def test_a_comparison_row_says_what_leaving_a_path_out_costs():
     assert "shared_row" in comparison.row_line(row) and "+40.0%" in comparison.row_line(row)
 
 
-def test_compare_paths_needs_an_output_file_and_chooses_its_own_runs(capsys):
+def test_compare_paths_needs_an_output_file_and_chooses_its_own_runs(capsys, monkeypatch):
     bench = _load("rms_norm_bench")
+    monkeypatch.setenv("GPU_OPS_PLAN_WITHOUT", "")
+    monkeypatch.delenv("GPU_OPS_PLAN_WITHOUT")
     for extra in ([], ["--out", "x.json", "--impl", "gpu_ops"],
                   ["--out", "x.json", "--without", "few_rows"]):
         with pytest.raises(SystemExit):
             bench.main(["--compare-paths", *extra])
         assert "--compare-paths" in capsys.readouterr().err
+    # refused, it leaves the plans of the tests after it in this process alone
+    assert "GPU_OPS_PLAN_WITHOUT" not in os.environ
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
