@@ -93,6 +93,23 @@ def test_the_read_back_has_no_gradient(implementation):
         jax.grad(lambda w: jnp.sum(gpu_ops.rms_norm_from_fp8(values, scales, w)))(weight)
 
 
+def test_a_second_derivative_is_a_clear_error_or_the_jnp_routes(implementation):
+    # The float8 input's primitives have no derivatives of their own (the
+    # custom VJP is the only rule): JAX says which it lacks. The HiJAX and
+    # Pallas routes' gradient is jnp's, which JAX differentiates again.
+    x, _, _, weight, dy = _inputs((2, 128), seed=7)
+
+    def grad_norm(x):
+        dx = jax.grad(lambda x: jnp.sum(gpu_ops.rms_norm_through_fp8_input(x, weight) * dy))(x)
+        return jnp.sum(dx * dx)
+
+    if implementation == "primitives":
+        with pytest.raises(NotImplementedError, match="Differentiation rule for .rms_norm_"):
+            jax.grad(grad_norm)(x)
+        return
+    assert np.all(np.isfinite(jax.grad(grad_norm)(x)))
+
+
 @pytest.mark.parametrize("in_axes", [(0, 0, None), (1, 1, None), (0, 0, 0)], ids=str)
 def test_vmap_is_a_loop_over_examples(in_axes, implementation):
     _, values, scales, weight, _ = _inputs((3, 4, 256), seed=3)
