@@ -40,7 +40,12 @@ _NOT_FOR_PALLAS = {
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_implementation_of)  # stable: one switch of implementation
     for item in items:
-        if _implementation_of(item) != "pallas":
+        implementation = _implementation_of(item)
+        if "runs_every_implementation" in item.keywords and implementation not in (
+                "", "primitives"):
+            item.add_marker(pytest.mark.skip(
+                reason="its test process runs every implementation: once is enough"))
+        if implementation != "pallas":
             continue
         for marker, reason in _NOT_FOR_PALLAS.items():
             if marker in item.keywords:

@@ -191,12 +191,14 @@ def run_path_cases(environment, tests):
     assert " passed" in result.stdout and "skipped" not in result.stdout
 
 
+@pytest.mark.runs_every_implementation
 @pytest.mark.skipif(os.environ.get(WITHOUT_CLUSTERS) == "1", reason="already without clusters")
 def test_the_paths_of_a_gpu_without_clusters():
     # The plans an A100 would get, run on this GPU.
     run_path_cases({WITHOUT_CLUSTERS: "1"}, "test_kernel_path or test_the_path_cases")
 
 
+@pytest.mark.runs_every_implementation
 @pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="already without those paths")
 def test_the_paths_that_take_the_rows_of_those_left_out():
     # Without the paths for few rows, rows a block holds, inputs the whole
@@ -226,6 +228,7 @@ def test_rows_just_longer_than_the_split_threshold(shape, dtype):
     check_random_op(shape, dtype, seed=6)
 
 
+@pytest.mark.runs_every_implementation
 @pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="already without those paths")
 @pytest.mark.parametrize("without", list(LONG_ROW_PATHS))
 def test_the_long_row_paths_take_rows_just_above_their_threshold(without):
