@@ -5,7 +5,8 @@ The input is float8_e4m3fn values with a float32 scale per group of 128
 values of a row (float8.py), as the commissioned Triton kernel takes it:
 through the FFI handlers the kernels dequantise it as they read it, in the
 forward and in the backward, so that each reads one byte per value of x
-instead of two. The HiJAX and Pallas routes dequantise it with jnp first.
+instead of two or four. The HiJAX and Pallas routes dequantise it with jnp
+first.
 """
 
 from functools import partial
