@@ -14,9 +14,6 @@ BENCHMARK_FILES = sorted(p for p in (RESULTS / "benchmarks").glob("*.json")
                          if not p.name.startswith(("multi_gpu_", "training_step_")))
 #: What the harness times on a GPU.
 GPU_IMPLS = {"gpu_ops", "apex_seed", "pallas", "xla"}
-#: Training-step files from runs before the float8 variant; a device's next
-#: run replaces its file and leaves this list.
-PREDATES_FP8_VARIANT = {"training_step_nvidia-h200.json": ("gpu_ops_fp8",)}
 FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "rows", "row_len",
           "median_us", "bytes", "gbps", "copy_gbps"}
 
@@ -72,8 +69,7 @@ def test_a_training_step_file_is_one_run_of_every_norm(path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     records = json.loads(path.read_text())
-    norms = [n for n in bench.NORMS if n not in PREDATES_FP8_VARIANT.get(path.name, ())]
-    assert [r["norm"] for r in records] == norms
+    assert [r["norm"] for r in records] == list(bench.NORMS)
     for key in ("device", "jax_version", "commit", "date", "config", "steps", "repeats"):
         assert len({json.dumps(r[key]) for r in records}) == 1, key
     assert path.name == f"training_step_{bench.rms_norm_bench.device_slug(records[0]['device'])}.json"
