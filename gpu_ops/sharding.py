@@ -218,7 +218,7 @@ def _grouped_shardings(mesh, x_info):
 
 
 def _grouped_forward_partition(kinds, primitive):
-    """The partition function of a forward of a float8 input (or output)."""
+    """The partition function of a forward of a float8 input."""
     operands, results, x_operand = kinds
 
     def partition(eps, kernels, mesh, arg_infos, result_infos):
