@@ -31,6 +31,12 @@ def check_rms_norm_args(x, weight, eps):
         raise ValueError(
             f"rms_norm: weight shape {weight.shape} must equal the trailing "
             f"shape of x, got x shape {x.shape}")
+    return check_eps(eps)
+
+
+def check_eps(eps):
+    """Raise TypeError/ValueError unless eps is a real number, finite and >= 0;
+    return it as a float."""
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(
             f"rms_norm: eps must be a Python or NumPy real number (it is a "
@@ -58,7 +64,7 @@ def check_residual(x, residual):
 
 def check_float8_weight(weight, group, function="rms_norm_fp8"):
     """ValueError unless the weight is one axis of a multiple of `group` values."""
-    if weight.ndim != 1 or weight.size % group:
+    if weight.ndim != 1 or weight.size % group or weight.size == 0:
         raise ValueError(f"{function}: weight must have one dimension, a multiple of "
                          f"{group} long (the groups that share a scale), got shape "
                          f"{weight.shape}")
@@ -152,4 +158,4 @@ def check_float8_input(values, scales, weight, eps, group):
     if scales.shape != expected:
         raise ValueError(f"rms_norm_from_fp8: scales must have shape {expected} (one per "
                          f"{group} values of a row), got {scales.shape}")
-    return check_rms_norm_args(jax.ShapeDtypeStruct(values.shape, jnp.float32), weight, eps)
+    return check_eps(eps)
