@@ -53,6 +53,7 @@ from gpu_ops import kernel_plans
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import apex_seed  # noqa: E402  (benchmarks/apex_seed)
+import kernel_profile  # noqa: E402
 import path_comparison  # noqa: E402
 
 GPU_CASES = [
@@ -95,6 +96,8 @@ MIN_RUN_SECONDS = 20e-3
 #: it, the bytes' time would plan runs of thousands of calls for ops of a few
 #: kilobytes, each timed run lasting seconds instead of MIN_RUN_SECONDS.
 MIN_OP_SECONDS = 1e-6
+#: How many of an op's kernels, the longest first, a record names.
+TOP_KERNELS = 6
 
 
 def plan(nbytes, copy_gbps, calls):
@@ -145,8 +148,10 @@ def chained(step, chain=CHAIN):
     return jax.jit(run, donate_argnums=0)
 
 
-def per_op_seconds(step, args, calls, repeats, chain=CHAIN):
-    """Seconds per step, over runs of `calls` chains of `chain` steps.
+def per_op_seconds(step, args, calls, repeats, chain=CHAIN, profile=False):
+    """Seconds per step, over runs of `calls` chains of `chain` steps; with
+    profile, (those seconds, kernel_profile.kernel_times of one more call
+    under the profiler, per step).
 
     Each call takes the last one's outputs, so XLA launches the CUDA graph
     it recorded for the chain (its command buffer) as it is. Called on the
@@ -166,7 +171,11 @@ def per_op_seconds(step, args, calls, repeats, chain=CHAIN):
             args = fn(args)
         jax.block_until_ready(args)
         times.append((time.perf_counter() - start) / (calls * chain))
-    return statistics.median(times)
+    seconds = statistics.median(times)
+    if not profile:
+        return seconds
+    _, trace = kernel_profile.traced(lambda: jax.block_until_ready(fn(args)))
+    return seconds, kernel_profile.kernel_times(trace, chain, TOP_KERNELS)
 
 
 def copy_gbps(device_bytes, calls, repeats):
@@ -269,17 +278,31 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
                 nbytes = minimum_bytes(op, dtype, rows, row_len)
                 chain, case_calls = (plan(nbytes, bandwidth, calls) if on_gpu
                                      else (CHAIN, calls))
-                seconds = per_op_seconds(step, timed_args, case_calls, repeats, chain)
+                profiled = on_gpu and name == "gpu_ops"
+                timing = per_op_seconds(step, timed_args, case_calls, repeats, chain,
+                                        profile=profiled)
+                seconds, kernels = timing if profiled else (timing, None)
                 record = {**common, "op": op, "impl": name, "dtype": dtype, "rows": rows,
                           "row_len": row_len, "median_us": round(seconds * 1e6, 2),
                           "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 1),
                           "copy_gbps": round(bandwidth, 1)}
+                if kernels:
+                    record |= kernel_record(kernels)
                 if record_plans and name == "gpu_ops":
                     record["plan"] = planned_paths((dtype, rows, row_len))
                 records.append(record)
                 out.write_text(json.dumps(records, indent=1) + "\n")
                 print(record_line(record), flush=True)
     return records
+
+
+def kernel_record(kernels):
+    """The fields of a record from kernel_profile.kernel_times per op: the
+    kernels' time ("kernel_us") and the longest ones by their short names
+    ("kernels": [name, microseconds]), in microseconds per op."""
+    return {"kernel_us": round(kernels["kernel"] / 1e3, 2),
+            "kernels": [[kernel_profile.short_name(name), round(ns / 1e3, 2)]
+                        for name, ns in kernels["top_kernels"]]}
 
 
 def planned_paths(case):

@@ -48,7 +48,6 @@ On a machine without a GPU a tiny model runs, to show the method.
 """
 
 import argparse
-import collections
 import dataclasses
 import datetime
 import functools
@@ -56,7 +55,6 @@ import json
 import pathlib
 import statistics
 import sys
-import tempfile
 import time
 
 import jax
@@ -68,6 +66,7 @@ from gpu_ops import float8
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import fp8_projection  # noqa: E402
 import gpu_state  # noqa: E402
+import kernel_profile  # noqa: E402
 import llama_decoder  # noqa: E402
 import rms_norm_bench  # noqa: E402
 
@@ -179,30 +178,13 @@ def compiled_step(name, config, params, tokens):
 
 
 def gpu_milliseconds(profile, steps):
-    """From a jax.profiler.ProfileData of `steps` steps, in milliseconds per
-    step: the kernels' time ("kernel_ms"), gpu_ops' kernels' part of it
-    ("gpu_ops_kernel_ms"), the time in which at least one kernel ran
-    ("busy_ms"; kernels of several streams may overlap) and the time from
-    the first kernel's start to the last one's end ("span_ms"); and the
-    TOP_KERNELS kernels that took the most time, as [name, milliseconds per
-    step] ("top_kernels"). The kernels (and memsets) the GPU ran are the
-    events of its planes' stream lines."""
-    events = [event for plane in profile.planes if plane.name.startswith("/device:GPU")
-              for line in plane.lines if line.name.startswith("Stream")
-              for event in line.events]
-    every = sum(event.duration_ns for event in events)
-    ours = sum(event.duration_ns for event in events if "gpu_ops" in event.name)
-    busy, reached = 0.0, float("-inf")  # the union of the events' intervals
-    for event in sorted(events, key=lambda event: event.start_ns):
-        busy += max(0.0, event.end_ns - max(event.start_ns, reached))
-        reached = max(reached, event.end_ns)
-    span = (max(e.end_ns for e in events) - min(e.start_ns for e in events)) if events else 0.0
-    per_step = {"kernel_ms": every, "gpu_ops_kernel_ms": ours, "busy_ms": busy, "span_ms": span}
-    by_name = collections.Counter()
-    for event in events:
-        by_name[event.name] += event.duration_ns
-    top = [[name, ns / steps / 1e6] for name, ns in by_name.most_common(TOP_KERNELS)]
-    return {**{key: ns / steps / 1e6 for key, ns in per_step.items()}, "top_kernels": top}
+    """kernel_profile.kernel_times of a profile of `steps` steps, in
+    milliseconds per step: "kernel_ms", "gpu_ops_kernel_ms", "busy_ms",
+    "span_ms", and the TOP_KERNELS kernels that took the most time, as
+    [name, milliseconds per step] ("top_kernels")."""
+    times = kernel_profile.kernel_times(profile, steps, TOP_KERNELS)
+    top = [[name, ns / 1e6] for name, ns in times.pop("top_kernels")]
+    return {**{f"{key}_ms": ns / 1e6 for key, ns in times.items()}, "top_kernels": top}
 
 
 def profiled(state, tokens, steps):
@@ -212,17 +194,17 @@ def profiled(state, tokens, steps):
     start and end). On a GPU, first rests PROFILE_REST_S."""
     if jax.default_backend() == "gpu":
         time.sleep(PROFILE_REST_S)
-    with tempfile.TemporaryDirectory() as folder:
-        with jax.profiler.trace(folder):
-            start = time.perf_counter()
-            for _ in range(steps):
-                state["params"], state["loss"] = state["step"](state["params"], tokens)
-            jax.block_until_ready(state["loss"])
-            end = time.perf_counter()
-        trace, = pathlib.Path(folder).rglob("*.xplane.pb")
-        profile = jax.profiler.ProfileData.from_file(str(trace))
-        wall_ms = (end - start) / steps * 1e3
-        return {**gpu_milliseconds(profile, steps), "profiled_ms": wall_ms}, (start, end)
+
+    def steps_run():
+        start = time.perf_counter()
+        for _ in range(steps):
+            state["params"], state["loss"] = state["step"](state["params"], tokens)
+        jax.block_until_ready(state["loss"])
+        return start, time.perf_counter()
+
+    (start, end), profile = kernel_profile.traced(steps_run)
+    wall_ms = (end - start) / steps * 1e3
+    return {**gpu_milliseconds(profile, steps), "profiled_ms": wall_ms}, (start, end)
 
 
 def run(config, steps, repeats, norms=tuple(NORMS), profile=False):

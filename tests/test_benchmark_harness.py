@@ -172,6 +172,49 @@ def test_timed_calls_take_the_last_calls_outputs_donated():
     assert not any(a.is_deleted() for a in args)
 
 
+def test_a_profiled_timing_says_which_kernels_ran():
+    bench = _load("rms_norm_bench")
+    step = bench.op_functions(bench.xla_rms_norm)["fwd"][1]
+    x = jax.numpy.ones((8, 128), jax.numpy.float32)
+    seconds, kernels = bench.per_op_seconds(step, (x, x[0], x[0, 0]), calls=1, repeats=1,
+                                            chain=2, profile=True)
+    assert seconds > 0
+    if jax.default_backend() == "gpu":
+        assert 0 < kernels["kernel"] <= kernels["span"]
+        assert kernels["top_kernels"]
+    else:  # the trace has no GPU plane
+        assert kernels["kernel"] == 0 and kernels["top_kernels"] == []
+
+
+def test_a_record_names_kernels_short_in_microseconds_per_op():
+    bench = _load("rms_norm_bench")
+    kernels = {"kernel": 45_678.0, "top_kernels": [
+        ["void gpu_ops::(anonymous namespace)::FastBackwardKernel<__nv_bfloat16, 1, false>"
+         "(const __nv_bfloat16 *, const float *)", 26_504.0],
+        ["loop_add_fusion", 312.0]]}
+    assert bench.kernel_record(kernels) == {
+        "kernel_us": 45.68, "kernels": [["FastBackwardKernel", 26.5], ["loop_add_fusion", 0.31]]}
+
+
+@pytest.mark.gpu
+def test_a_gpu_run_records_the_kernels_of_gpu_ops(tmp_path):
+    bench = _load("rms_norm_bench")
+    out = tmp_path / "results.json"
+    bench.main(["--out", str(out), "--repeats", "3", "--case", "bfloat16", "512", "4096",
+                "--impl", "gpu_ops", "xla"])
+    records = {(r["impl"], r["op"]): r for r in json.loads(out.read_text())}
+    assert all("kernels" not in r for (impl, _), r in records.items() if impl == "xla")
+    for op, ours in [("fwd", {"FastForwardKernel"}),
+                     ("fwd_bwd", {"FastForwardKernel", "FastBackwardKernel", "SumPartialsKernel"})]:
+        record = records["gpu_ops", op]
+        names = {name for name, _ in record["kernels"]}
+        assert ours <= names, names
+        times = [us for _, us in record["kernels"]]
+        assert times == sorted(times, reverse=True)
+        # kernels run one after another in a chain: within the op's time
+        assert 0 < sum(times) <= record["kernel_us"] + 0.01 <= 1.05 * record["median_us"]
+
+
 def _users_of_dy(fwd_bwd):
     """The equations of fwd_bwd(x, weight, dy)'s jaxpr that read dy."""
     x = jax.numpy.ones((8, 128), jax.numpy.float32)

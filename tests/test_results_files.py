@@ -16,6 +16,8 @@ BENCHMARK_FILES = sorted(p for p in (RESULTS / "benchmarks").glob("*.json")
 GPU_IMPLS = {"gpu_ops", "apex_seed", "pallas", "xla"}
 FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "rows", "row_len",
           "median_us", "bytes", "gbps", "copy_gbps"}
+#: What a profile of gpu_ops' records adds (rms_norm_bench.kernel_record).
+PROFILED_FIELDS = {"kernel_us", "kernels"}
 
 
 def _bench():
@@ -38,7 +40,7 @@ def test_a_device_file_is_one_whole_run_of_every_case(path):
     records = json.loads(path.read_text())
     assert path.stem == bench.device_slug(records[0]["device"])
     for record in records:
-        assert set(record) == FIELDS
+        assert FIELDS <= set(record) <= FIELDS | PROFILED_FIELDS
         for key in ("device", "jax_version", "commit"):
             assert record[key] == records[0][key], key
     timed = {(r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]) for r in records}
@@ -59,6 +61,19 @@ def test_bandwidths_follow_from_bytes_and_times(path):
         fastest, slowest = r["median_us"] - 0.005, r["median_us"] + 0.005
         assert r["bytes"] / slowest / 1e3 - 0.05 <= r["gbps"] <= r["bytes"] / fastest / 1e3 + 0.05
         assert 0 < r["copy_gbps"] < 10_000 and r["median_us"] > 0
+
+
+@pytest.mark.parametrize("path", BENCHMARK_FILES, ids=lambda p: p.name)
+def test_profiled_kernels_fit_in_their_ops_time(path):
+    records = json.loads(path.read_text())
+    profiled = [r for r in records if "kernels" in r]
+    # a run profiles every gpu_ops record, or none (runs before profiles)
+    assert profiled in ([], [r for r in records if r["impl"] == "gpu_ops"])
+    for r in profiled:
+        times = [us for _, us in r["kernels"]]
+        assert times == sorted(times, reverse=True)
+        # the chain runs its kernels one after another, within the op's time
+        assert 0 < sum(times) <= r["kernel_us"] + 0.01 * len(times) <= 1.05 * r["median_us"]
 
 
 @pytest.mark.parametrize("path", sorted((RESULTS / "benchmarks").glob("training_step_*.json")),
