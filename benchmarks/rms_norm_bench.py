@@ -26,7 +26,9 @@ so its start and its synchronisation add under a few percent to the time.
 Inputs are random; each implementation's results are checked against XLA's
 before it is timed. The device's copy bandwidth (read + write of a 1 GiB
 buffer, by a chained elementwise negation) is measured the same way in the
-same run.
+same run. On a GPU, one more call of gpu_ops' chain runs under JAX's
+profiler (kernel_profile.py), and its record says which kernels ran, how
+long each took, and how long the GPU ran none, per op.
 
 On a machine without a GPU it runs small sizes and says so: the CPU numbers
 show the method, not the kernels' speed.
@@ -297,10 +299,15 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
 
 
 def kernel_record(kernels):
-    """The fields of a record from kernel_profile.kernel_times per op: the
-    kernels' time ("kernel_us") and the longest ones by their short names
-    ("kernels": [name, microseconds]), in microseconds per op."""
-    return {"kernel_us": round(kernels["kernel"] / 1e3, 2),
+    """The fields of a record from kernel_profile.kernel_times per op, in
+    microseconds per op: the time in which a kernel ran ("busy_us"), the
+    time from the first kernel's start to the last one's end ("span_us"; the
+    GPU ran none for span_us - busy_us), and the longest kernels by their
+    short names ("kernels": [name, microseconds]). A kernel launched early
+    (dependent_launch.cuh) runs beside the one before it while it waits for
+    it, so the kernels' times may add up to more than busy_us."""
+    return {"busy_us": round(kernels["busy"] / 1e3, 2),
+            "span_us": round(kernels["span"] / 1e3, 2),
             "kernels": [[kernel_profile.short_name(name), round(ns / 1e3, 2)]
                         for name, ns in kernels["top_kernels"]]}
 

@@ -17,7 +17,7 @@ GPU_IMPLS = {"gpu_ops", "apex_seed", "pallas", "xla"}
 FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "rows", "row_len",
           "median_us", "bytes", "gbps", "copy_gbps"}
 #: What a profile of gpu_ops' records adds (rms_norm_bench.kernel_record).
-PROFILED_FIELDS = {"kernel_us", "kernels"}
+PROFILED_FIELDS = {"busy_us", "span_us", "kernels"}
 
 
 def _bench():
@@ -64,7 +64,7 @@ def test_bandwidths_follow_from_bytes_and_times(path):
 
 
 @pytest.mark.parametrize("path", BENCHMARK_FILES, ids=lambda p: p.name)
-def test_profiled_kernels_fit_in_their_ops_time(path):
+def test_profiled_kernels_fit_in_the_profiled_span(path):
     records = json.loads(path.read_text())
     profiled = [r for r in records if "kernels" in r]
     # a run profiles every gpu_ops record, or none (runs before profiles)
@@ -72,8 +72,7 @@ def test_profiled_kernels_fit_in_their_ops_time(path):
     for r in profiled:
         times = [us for _, us in r["kernels"]]
         assert times == sorted(times, reverse=True)
-        # the chain runs its kernels one after another, within the op's time
-        assert 0 < sum(times) <= r["kernel_us"] + 0.01 * len(times) <= 1.05 * r["median_us"]
+        assert 0 < times[0] <= r["busy_us"] + 0.01 <= r["span_us"] + 0.02
 
 
 @pytest.mark.parametrize("path", sorted((RESULTS / "benchmarks").glob("training_step_*.json")),
