@@ -212,4 +212,6 @@ def test_a_gpu_run_records_the_kernels_of_gpu_ops(tmp_path):
         assert ours <= names, names
         times = [us for _, us in record["kernels"]]
         assert times == sorted(times, reverse=True)
-        assert 0 < times[0] <= record["busy_us"] + 0.01 <= record["span_us"] + 0.02
+        # one kernel's calls are one after another, but their times in the
+        # profile may overlap a little where one call ends and the next starts
+        assert 0 < times[0] <= 1.02 * record["busy_us"] and record["busy_us"] <= record["span_us"] + 0.01

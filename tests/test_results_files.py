@@ -72,7 +72,9 @@ def test_profiled_kernels_fit_in_the_profiled_span(path):
     for r in profiled:
         times = [us for _, us in r["kernels"]]
         assert times == sorted(times, reverse=True)
-        assert 0 < times[0] <= r["busy_us"] + 0.01 <= r["span_us"] + 0.02
+        # one kernel's calls are one after another, but their times in the
+        # profile may overlap a little where one call ends and the next starts
+        assert 0 < times[0] <= 1.02 * r["busy_us"] and r["busy_us"] <= r["span_us"] + 0.01
 
 
 @pytest.mark.parametrize("path", sorted((RESULTS / "benchmarks").glob("training_step_*.json")),
