@@ -87,6 +87,16 @@ def test_the_gradient_is_the_norms_at_the_read_back(x_dtype, weight_dtype, imple
         assert np.max(np.abs(at_x - want_dx)) > 100 * TOLERANCE[jnp.dtype(x_dtype)]
 
 
+def test_an_empty_batch_has_a_zero_weight_gradient(implementation):
+    x = jnp.zeros((0, 3, 256), jnp.bfloat16)
+    weight = jnp.full(256, 2.0, jnp.float32)
+    y, pullback = jax.vjp(gpu_ops.rms_norm_through_fp8_input, x, weight)
+    assert y.shape == x.shape and y.dtype == weight.dtype
+    dx, dweight = pullback(jnp.zeros_like(y))
+    assert dx.shape == x.shape and dx.dtype == x.dtype
+    np.testing.assert_array_equal(np.asarray(dweight), np.zeros(256, np.float32))
+
+
 def test_the_read_back_has_no_gradient(implementation):
     _, values, scales, weight, _ = _inputs((2, 128))
     with pytest.raises(TypeError, match="rms_norm_through_fp8_input"):

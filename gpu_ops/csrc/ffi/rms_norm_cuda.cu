@@ -137,11 +137,7 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
     return err;
   }
   if (auto err = CheckChunkSums(*chunk_sums, g); err.failure()) return err;
-  if (g.rows == 0) {  // no rows: the weight gradient is zero
-    return CudaStatus(
-        cudaMemsetAsync(dw->untyped_data(), 0, dw->size_bytes(), stream),
-        "clearing the weight gradient");
-  }
+  if (g.rows == 0) return ClearWeightGradient(stream, *dw);
   const BackwardBuffers buffers{dy,  inv_rms, x,        w,
                                 *dx, *dw,     *partials, *chunk_sums};
   const Problem problem{

@@ -42,11 +42,7 @@ ffi::Error FromFloat8BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
   if (auto err = CheckPartials(*partials, ffi::DataType::F32, g); err.failure()) {
     return err;
   }
-  if (g.rows == 0) {
-    // No rows: the weight gradient is zero.
-    return CudaStatus(cudaMemsetAsync(dw->untyped_data(), 0, dw->size_bytes(), stream),
-                      "cudaMemsetAsync");
-  }
+  if (g.rows == 0) return ClearWeightGradient(stream, *dw);
   return FromFloat8Backward(
       stream, {dy, inv_rms, values, w, scales, *dx, *dw, *partials}, g);
 }

@@ -77,6 +77,13 @@ inline ffi::Error CheckLaunch(const char* kernel) {
   return CudaStatus(cudaGetLastError(), kernel);
 }
 
+// The weight gradient of a backward over no rows: zero, with no kernel to
+// write it.
+inline ffi::Error ClearWeightGradient(cudaStream_t stream, ffi::AnyBuffer dw) {
+  return CudaStatus(cudaMemsetAsync(dw.untyped_data(), 0, dw.size_bytes(), stream),
+                    "clearing the weight gradient");
+}
+
 }  // namespace gpu_ops
 
 #endif  // GPU_OPS_CUDA_COMMON_CUH_
