@@ -214,4 +214,139 @@ def test_a_gpu_run_records_the_kernels_of_gpu_ops(tmp_path):
         assert times == sorted(times, reverse=True)
         # one kernel's calls are one after another, but their times in the
         # profile may overlap a little where one call ends and the next starts
-        assert 0 < times[0] <= 1.02 * record["busy_us"] and record["busy_us"] <= record["span_us"] + 0.01
+        assert 0 < times[0] <= 1.02 * record["busy_us"]
+        assert record["busy_us"] <= record["span_us"] + 0.01
+
+
+def _users_of_dy(fwd_bwd):
+    """The equations of fwd_bwd(x, weight, dy)'s jaxpr that read dy."""
+    x = jax.numpy.ones((8, 128), jax.numpy.float32)
+    jaxpr = jax.make_jaxpr(fwd_bwd)(x, x[0], x).jaxpr
+    if jaxpr.eqns[0].primitive.name == "jit":  # a jitted function: its body
+        jaxpr = jaxpr.eqns[0].params["jaxpr"].jaxpr
+    dy = jaxpr.invars[2]
+    return dy, [eqn for eqn in jaxpr.eqns if dy in eqn.invars]
+
+
+@pytest.mark.parametrize("harness", ["rms_norm_bench", "multi_gpu_bench naive",
+                                     "multi_gpu_bench custom_partitioning"])
+def test_backward_reads_dy_only_after_the_forward(harness):
+    """The cotangent reaches the backward through a barrier with y, as in a network."""
+    if harness == "rms_norm_bench":
+        bench = _load("rms_norm_bench")
+        fwd_bwd = bench.op_functions(bench.xla_rms_norm)["fwd_bwd"][0]
+    else:  # the shard_map variant runs custom_partitioning's function per device
+        bench = _load("multi_gpu_bench")
+        fwd_bwd = {"naive": bench.naive_fwd_bwd,
+                   "custom_partitioning": bench.partitioned_fwd_bwd}[harness.split()[1]]
+    dy, users = _users_of_dy(fwd_bwd)
+    assert [eqn.primitive.name for eqn in users] == ["optimization_barrier"]
+    # the forward's y is the barrier's other operand
+    assert len(users[0].invars) == 2 and users[0].invars[1] is dy
+
+
+MULTI_FIELDS = {"device", "jax_version", "commit", "date", "dtype", "rows", "row_len",
+                "num_devices", "variant", "op", "median_us"}
+
+
+def test_multi_device_harness_writes_records(tmp_path):
+    bench = _load("multi_gpu_bench")
+    out = tmp_path / "multi.json"
+    bench.main(["--out", str(out), "--repeats", "1", "--rows", "16", "--row-len", "128"])
+    records = json.loads(out.read_text())
+    counts = [n for n in (1, 2, 4, 8) if n <= len(jax.devices() if jax.default_backend() == "gpu"
+                                                   else jax.devices("cpu"))]
+    assert {(r["num_devices"], r["variant"], r["op"]) for r in records} == {
+        (n, v, op) for n in counts for v in bench.VARIANTS for op in ("fwd", "fwd_bwd")}
+    for r in records:
+        assert set(r) == MULTI_FIELDS and r["median_us"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,row_length", [("bfloat16", 4_096), ("float32", 1_000)])
+def test_the_seeds_kernels_are_the_baseline(dtype, row_length):
+    # Built beside gpu_ops with GPU_OPS_APEX_SEED=1 (tools/gpu_checks.sh does).
+    import jax.numpy as jnp
+    import reference
+
+    _load("rms_norm_bench")  # puts benchmarks/ on the path
+    import apex_seed
+    assert apex_seed.built(), "GPU_OPS_APEX_SEED=1 ./build.sh builds them"
+    kx, kd = jax.random.split(jax.random.key(4))
+    x = jax.random.normal(kx, (300, row_length), jnp.float32).astype(dtype)
+    weight = jnp.linspace(0.5, 1.5, row_length, dtype=dtype)
+    dy = jax.random.normal(kd, x.shape, jnp.float32).astype(dtype)
+    reference.check_op(jax.jit(apex_seed.rms_norm_apex_seed), x, weight, dy)
+    hlo = jax.jit(apex_seed.rms_norm_apex_seed).lower(x, weight).compile().as_text()
+    assert 'custom_call_target="gpu_ops_rms_norm_fwd_apex_seed"' in hlo
+
+
+def test_each_path_is_compared_over_the_cases_that_take_it():
+    bench = _load("rms_norm_bench")
+    comparison = _load("path_comparison")
+
+    def plan_on_h100(case):
+        dtype, rows, row_len = case
+        return {d: kernel_plan(d, (rows, row_len), dtype, H100)["path"]
+                for d in ("forward", "backward")}
+
+    taken = {path: comparison.cases_taking(path, bench.PATH_CASES, plan_on_h100)
+             for path in comparison.leavable_paths()}
+    assert "general" not in taken
+    # the path cases take every path that can be left out, each at least once
+    assert all(taken.values()), taken
+    for path, cases in taken.items():
+        for case in bench.PATH_CASES:
+            assert (case in cases) == (path in plan_on_h100(case).values())
+
+
+def test_a_comparison_row_says_what_leaving_a_path_out_costs():
+    comparison = _load("path_comparison")
+    case = {"dtype": "bfloat16", "rows": 128, "row_len": 262_144}
+    plan = {"forward": "shared_row", "backward": "split_rows"}
+    with_every_path = [{**case, "op": "fwd", "impl": "gpu_ops", "median_us": 50.0, "plan": plan},
+                       {**case, "op": "fwd", "impl": "xla", "median_us": 80.0}]
+    without = {"shared_row": [{**case, "op": "fwd", "impl": "gpu_ops", "median_us": 70.0,
+                               "plan": {**plan, "forward": "split_rows"}}]}
+    (row,) = comparison.comparison(with_every_path, without)
+    assert row["left_out"] == "shared_row" and row["gain"] == pytest.approx(0.4)
+    assert (row["with_us"], row["without_us"], row["xla_us"]) == (50.0, 70.0, 80.0)
+    assert row["plan_without"]["forward"] == "split_rows"
+    assert "shared_row" in comparison.row_line(row) and "+40.0%" in comparison.row_line(row)
+
+
+def test_compare_paths_needs_an_output_file_and_chooses_its_own_runs(capsys, monkeypatch):
+    bench = _load("rms_norm_bench")
+    monkeypatch.setenv("GPU_OPS_PLAN_WITHOUT", "")
+    monkeypatch.delenv("GPU_OPS_PLAN_WITHOUT")
+    for extra in ([], ["--out", "x.json", "--impl", "gpu_ops"],
+                  ["--out", "x.json", "--without", "few_rows"]):
+        with pytest.raises(SystemExit):
+            bench.main(["--compare-paths", *extra])
+        assert "--compare-paths" in capsys.readouterr().err
+    # refused, it leaves the plans of the tests after it in this process alone
+    assert "GPU_OPS_PLAN_WITHOUT" not in os.environ
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
+def test_a_run_of_one_case(tmp_path):
+    bench = _load("rms_norm_bench")
+    out = tmp_path / "results.json"
+    dtype, rows, row_len = bench.CPU_CASES[-1]
+    bench.main(["--out", str(out), "--repeats", "1", "--calls", "1",
+                "--case", dtype, str(rows), str(row_len)])
+    records = json.loads(out.read_text())
+    assert {(r["dtype"], r["rows"], r["row_len"]) for r in records} == {(dtype, rows, row_len)}
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the cases are a CPU's")
+@pytest.mark.parametrize("case,message", [
+    (["float32", "many", "16384"], "whole numbers"),
+    (["float32", "3", "16384"], "not among the main cases"),
+], ids=["not a number", "no such case"])
+def test_a_case_that_is_not_one_is_refused(capsys, case, message):
+    bench = _load("rms_norm_bench")
+    with pytest.raises(SystemExit):
+        bench.main(["--out", "/dev/null", "--case", *case])
+    assert message in capsys.readouterr().err
+
