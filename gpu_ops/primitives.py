@@ -129,22 +129,30 @@ def _primitive(name, abstract_eval, impl=None):
     return primitive
 
 
-rms_norm_fwd_shard_p = _primitive("rms_norm_fwd_shard", _forward_abstract_eval)
-rms_norm_bwd_shard_p = _primitive("rms_norm_bwd_shard", _backward_abstract_eval)
+def _partitioned(name, abstract_eval):
+    """(`name`, `name`_shard): the primitive custom partitioning splits and
+    the one each device runs, with the same abstract evaluation. Outside jit
+    there is nothing to partition: the first runs the second."""
+    shard = _primitive(f"{name}_shard", abstract_eval)
+    return _primitive(name, abstract_eval, shard.bind), shard
+
+
+rms_norm_fwd_p, rms_norm_fwd_shard_p = _partitioned("rms_norm_fwd", _forward_abstract_eval)
+rms_norm_bwd_p, rms_norm_bwd_shard_p = _partitioned("rms_norm_bwd", _backward_abstract_eval)
 
 #: The forward quantised to float8: ``(x, weight) -> (values, inv_rms,
 #: scales)``, y in float8_e4m3fn with a float32 scale per group of
 #: FLOAT8_GROUP values of a row (weight of one dimension; float8.py); with a
 #: residual operand, of x + residual, which comes last.
-rms_norm_fp8_fwd_shard_p = _primitive("rms_norm_fp8_fwd_shard",
-                                      _quantised_forward_abstract_eval)
+rms_norm_fp8_fwd_p, rms_norm_fp8_fwd_shard_p = _partitioned(
+    "rms_norm_fp8_fwd", _quantised_forward_abstract_eval)
 
 #: The same with a float32 scale per row given, the last operand (a tensor's
 #: one scale, broadcast): ``(x, weight, row_scales) -> (values, inv_rms,
 #: largest)``, the values y / the row's scale, and each group's largest |y|
 #: in place of its scale.
-rms_norm_fp8_scaled_fwd_shard_p = _primitive("rms_norm_fp8_scaled_fwd_shard",
-                                             _scaled_quantised_forward_abstract_eval)
+rms_norm_fp8_scaled_fwd_p, rms_norm_fp8_scaled_fwd_shard_p = _partitioned(
+    "rms_norm_fp8_scaled_fwd", _scaled_quantised_forward_abstract_eval)
 
 #: The norm of a float8 input, x the float8_e4m3fn values times their
 #: float32 scales, one per group of FLOAT8_GROUP values of a row (float8.py),
@@ -153,32 +161,14 @@ rms_norm_fp8_scaled_fwd_shard_p = _primitive("rms_norm_fp8_scaled_fwd_shard",
 #: dweight)``, where y, dy and dx have the weight's dtype and inv_rms is
 #: float32. The weight is second, as in the other forwards, so that they
 #: share their vmap rule.
-rms_norm_from_fp8_fwd_shard_p = _primitive("rms_norm_from_fp8_fwd_shard",
-                                           _from_fp8_forward_abstract_eval)
-rms_norm_from_fp8_bwd_shard_p = _primitive("rms_norm_from_fp8_bwd_shard",
-                                           _from_fp8_backward_abstract_eval)
+rms_norm_from_fp8_fwd_p, rms_norm_from_fp8_fwd_shard_p = _partitioned(
+    "rms_norm_from_fp8_fwd", _from_fp8_forward_abstract_eval)
+rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_bwd_shard_p = _partitioned(
+    "rms_norm_from_fp8_bwd", _from_fp8_backward_abstract_eval)
 #: x quantised to float8 by jnp, then the forward of that float8 input:
 #: ``(x, weight) -> (y, inv_rms, values, scales)``. One primitive, so that x
 #: is partitioned before it is quantised: XLA could otherwise split a
 #: normalised axis of x, and so its groups, across devices, and then the
 #: scales' sharding would fit no mesh.
-rms_norm_through_fp8_input_fwd_shard_p = _primitive(
-    "rms_norm_through_fp8_input_fwd_shard", _through_fp8_input_forward_abstract_eval)
-
-# Outside jit there is nothing to partition: run the per-shard primitive.
-rms_norm_fwd_p = _primitive(
-    "rms_norm_fwd", _forward_abstract_eval, rms_norm_fwd_shard_p.bind)
-rms_norm_bwd_p = _primitive(
-    "rms_norm_bwd", _backward_abstract_eval, rms_norm_bwd_shard_p.bind)
-rms_norm_fp8_fwd_p = _primitive(
-    "rms_norm_fp8_fwd", _quantised_forward_abstract_eval, rms_norm_fp8_fwd_shard_p.bind)
-rms_norm_fp8_scaled_fwd_p = _primitive(
-    "rms_norm_fp8_scaled_fwd", _scaled_quantised_forward_abstract_eval,
-    rms_norm_fp8_scaled_fwd_shard_p.bind)
-rms_norm_from_fp8_fwd_p = _primitive(
-    "rms_norm_from_fp8_fwd", _from_fp8_forward_abstract_eval, rms_norm_from_fp8_fwd_shard_p.bind)
-rms_norm_from_fp8_bwd_p = _primitive(
-    "rms_norm_from_fp8_bwd", _from_fp8_backward_abstract_eval, rms_norm_from_fp8_bwd_shard_p.bind)
-rms_norm_through_fp8_input_fwd_p = _primitive(
-    "rms_norm_through_fp8_input_fwd", _through_fp8_input_forward_abstract_eval,
-    rms_norm_through_fp8_input_fwd_shard_p.bind)
+rms_norm_through_fp8_input_fwd_p, rms_norm_through_fp8_input_fwd_shard_p = _partitioned(
+    "rms_norm_through_fp8_input_fwd", _through_fp8_input_forward_abstract_eval)
