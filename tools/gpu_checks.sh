@@ -14,7 +14,8 @@
 # all four; the sanitizer log is appended to). GPU_CHECKS_CLEAN=0 keeps the build
 # of an earlier call on the same machine instead of building from a clean tree.
 # GPU_CHECKS_WORKERS=N runs the test suite in N processes (pytest-xdist) that
-# share the GPU.
+# share the GPU. The log has a line for each test, so that a summary of a run
+# cut off before its end still names the tests that failed until then.
 # GPU machines have no jupyter-book, so the book build and its tests are skipped;
 # the Python packages the tests and chapters need beyond the machine's own
 # come as wheels in .whl/ (tools/gpu_wheels.sh).
@@ -46,18 +47,22 @@ steps=" ${GPU_CHECKS_STEPS:-$default_steps} "
 tests_status=0 chapters_status=0 sanitizer_status=0
 if [[ $steps == *" tests "* ]]; then
   [ "${GPU_CHECKS_CLEAN:-1}" = 0 ] || rm -rf build
-  parallel=()
+  # Each test's result on a line of its own, so that a run cut off by a time
+  # limit still names the tests that failed (gpu_checks_summary.py reads
+  # them): build.sh's pytest -q takes one of the two -v back.
+  addopts="-v -v ${PYTEST_ADDOPTS:-}"
+  test_env=(env PYTEST_ADDOPTS="$addopts")
   if [ "${GPU_CHECKS_WORKERS:-0}" -gt 0 ]; then
     # Each process takes GPU memory as it goes and hands it back when freed
     # (the platform allocator): XLA's own allocator keeps what it once took,
     # and the processes together would hold more than the GPU has.
-    parallel=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform
-              PYTEST_ADDOPTS="-n $GPU_CHECKS_WORKERS --dist load ${PYTEST_ADDOPTS:-}")
+    test_env=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform
+              PYTEST_ADDOPTS="-n $GPU_CHECKS_WORKERS --dist load $addopts")
   fi
   # The property test draws many more cases here than in CI; the seed's
   # kernels, the benchmarks' baseline, are built too (a test runs them).
   GPU_OPS_HYPOTHESIS_PROFILE=${GPU_OPS_HYPOTHESIS_PROFILE:-long} GPU_OPS_APEX_SEED=1 \
-  GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} "${parallel[@]}" ./build.sh test 2>&1 |
+  GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} "${test_env[@]}" ./build.sh test 2>&1 |
     tee "$out/build_and_tests.log"
   tests_status=${PIPESTATUS[0]}
 fi

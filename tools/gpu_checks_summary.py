@@ -45,12 +45,22 @@ def environment(text):
     return fields
 
 
+def failed_so_far(log):
+    """The tests a verbose (-v) run reported as failed or in error as it went,
+    in one process ("tests/x.py::test FAILED [ 4%]") or several ("[gw3] [ 4%]
+    FAILED tests/x.py::test"): what a run cut off before its summary found."""
+    one = re.findall(r"^(\S+::.+?) (?:FAILED|ERROR)\s+\[\s*\d+%\]$", log, re.M)
+    several = re.findall(r"^\[gw\d+\] \[\s*\d+%\] (?:FAILED|ERROR) (.+?)\s*$", log, re.M)
+    return sorted(set(one + several))
+
+
 def pytest_counts(log):
-    """The counts of pytest's last summary line, and the failed tests' names."""
+    """The counts of pytest's last summary line, and the failed tests' names;
+    for a run cut off before that line, the tests that failed until then."""
     summaries = [line for line in log.splitlines()
                  if re.search(r"\d+ (passed|failed|errors?)\b", line) and " in " in line]
     if not summaries:
-        return {"completed": False}
+        return {"completed": False, "failures": failed_so_far(log)}
     counts = {"completed": True}
     for number, word in re.findall(r"(\d+) (\w+)", summaries[-1]):
         word = "errors" if word == "error" else word
