@@ -121,9 +121,27 @@ def test_rows_of_part_vectors_take_the_general_kernels(row_length, direction):
 def test_a_gpu_that_holds_fewer_blocks_gets_fewer_few_rows():
     small = GpuModel("half an H100", sms=66, clusters=True, shared_bytes_per_sm=233_472,
                      shared_bytes_per_block=232_448)
-    rows = 1_000
+    rows = 2_000
     assert kernel_plan("forward", (rows, 1_024), jnp.bfloat16, H100)["path"] == "few_rows"
     assert kernel_plan("forward", (rows, 1_024), jnp.bfloat16, small)["path"] != "few_rows"
+
+
+def few_rows_limit(row_length, dtype, gpu):
+    """The most rows the few-rows forward takes: a block a row, a thread for
+    each 16-byte vector of it (whole warps), as many blocks as the GPU's
+    threads hold (its registers hold as many: the kernel keeps to 32 a thread)."""
+    vectors = row_length // VALUES_PER_VECTOR[dtype]
+    team = -(-vectors // 32) * 32
+    return gpu.sms * (gpu.threads_per_sm // team)
+
+
+@pytest.mark.parametrize("row_length,dtype", [(1_024, jnp.bfloat16), (4_096, jnp.bfloat16),
+                                              (2_048, jnp.float16), (1_024, jnp.float32)])
+def test_few_rows_take_as_many_rows_as_the_gpus_threads_hold(row_length, dtype):
+    for gpu in (H100, A100):
+        limit = few_rows_limit(row_length, dtype, gpu)
+        assert kernel_plan("forward", (limit, row_length), dtype, gpu)["path"] == "few_rows"
+        assert kernel_plan("forward", (limit + 1, row_length), dtype, gpu)["path"] != "few_rows"
 
 
 def test_bad_questions_get_clear_errors():

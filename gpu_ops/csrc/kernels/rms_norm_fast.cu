@@ -157,8 +157,13 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
 // With kResidual (a residual add), the residual's vectors are in flight
 // beside x's (so half the rows a block: RowsPerBlock), and each row becomes
 // x + residual, rounded to T, stored in `sum` and normalised from registers.
+// The few-rows instance (one vector of one row a thread) is held to 32
+// registers, which it fits without a spill: then an SM's limit of 2,048
+// threads, not its registers, sets how many of its blocks fit, as the
+// planner's model of a GPU (described_gpu.cc) assumes, and that model's
+// few-rows plans agree with the GPU's whatever registers ptxas gives it.
 template <typename T, int kVectors, int kRows, bool kResidual = false>
-__global__ void __maxnreg__(sizeof(T) == 2 ? 40 : 64)
+__global__ void __maxnreg__(kVectors * kRows == 1 ? 32 : (sizeof(T) == 2 ? 40 : 64))
     FastForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
                       T* __restrict__ y, float* __restrict__ inv_rms,
                       int64_t rows, int row_vectors, float inv_row_length,
