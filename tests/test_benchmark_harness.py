@@ -207,19 +207,16 @@ def test_a_gpu_run_records_the_kernels_of_gpu_ops(tmp_path):
     out = tmp_path / "results.json"
     bench.main(["--out", str(out), "--repeats", "3", "--case", "bfloat16", "512", "4096",
                 "--impl", "gpu_ops", "xla"])
-    records = {(r["impl"], r["op"]): r for r in json.loads(out.read_text())}
+    from test_results_files import check_profiled_records
+
+    run = json.loads(out.read_text())
+    check_profiled_records(run)  # every gpu_ops record profiled, and consistently
+    records = {(r["impl"], r["op"]): r for r in run}
     assert all("kernels" not in r for (impl, _), r in records.items() if impl == "xla")
     for op, ours in [("fwd", {"FastForwardKernel"}),
                      ("fwd_bwd", {"FastForwardKernel", "FastBackwardKernel", "SumPartialsKernel"})]:
-        record = records["gpu_ops", op]
-        names = {name for name, _ in record["kernels"]}
+        names = {name for name, _ in records["gpu_ops", op]["kernels"]}
         assert ours <= names, names
-        times = [us for _, us in record["kernels"]]
-        assert times == sorted(times, reverse=True)
-        # one kernel's calls are one after another, but their times in the
-        # profile may overlap a little where one call ends and the next starts
-        assert 0 < times[0] <= 1.02 * record["busy_us"]
-        assert record["busy_us"] <= record["span_us"] + 0.01
 
 
 def _users_of_dy(fwd_bwd):
