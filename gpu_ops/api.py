@@ -74,20 +74,21 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, implementation="primitives")
       a C++ implementation on CPUs.
     """
     operands, eps, name = checked_operands(x, weight, eps, residual, implementation,
-                                           IMPLEMENTATIONS)
+                                           IMPLEMENTATIONS, "rms_norm")
     defined = IMPLEMENTATIONS[name] if residual is None else WITH_RESIDUAL[name]
     return on_their_devices(defined, operands, eps)
 
 
-def checked_operands(x, weight, eps, residual, implementation, known):
+def checked_operands(x, weight, eps, residual, implementation, known, function):
     """(operands, eps, name): x, the weight and the residual if there is one,
-    as arrays, eps as a float and the implementation's name, each checked."""
+    as arrays, eps as a float and the implementation's name, each checked
+    (errors name `function`, the public function called)."""
     x, weight = jnp.asarray(x), jnp.asarray(weight)
-    eps = check_rms_norm_args(x, weight, eps)
-    name = check_implementation(implementation, known)
+    eps = check_rms_norm_args(x, weight, eps, function)
+    name = check_implementation(implementation, known, function)
     if residual is None:
         return (x, weight), eps, name
-    return (x, weight, check_residual(x, residual)), eps, name
+    return (x, weight, check_residual(x, residual, function)), eps, name
 
 
 def on_their_devices(defined, operands, eps):

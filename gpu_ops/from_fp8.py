@@ -79,7 +79,7 @@ def rms_norm_from_fp8(values, scales, weight, eps=1e-5, *, implementation="primi
     """
     values, scales, weight = jnp.asarray(values), jnp.asarray(scales), jnp.asarray(weight)
     eps = check_float8_input(values, scales, weight, eps, float8.GROUP)
-    name = check_implementation(implementation, FROM_FP8)
+    name = check_implementation(implementation, FROM_FP8, "rms_norm_from_fp8")
 
     def forward_only(values, weight, scales, eps):
         return _forward_only(name, eps, values, weight, scales)
@@ -102,7 +102,7 @@ def rms_norm_through_fp8_input(x, weight, eps=1e-5, *, implementation="primitive
     long.
     """
     (x, weight), eps, name = checked_operands(x, weight, eps, None, implementation,
-                                              THROUGH_FP8_INPUT)
+                                              THROUGH_FP8_INPUT, "rms_norm_through_fp8_input")
     check_float8_input_weight(weight, float8.GROUP, "rms_norm_through_fp8_input")
 
     def through(x, weight, eps):

@@ -1,4 +1,5 @@
-"""Clear Python errors for arguments the kernels cannot take."""
+"""Clear Python errors for arguments the kernels cannot take: each names the
+public function called (`function`) and the argument."""
 
 import math
 import numbers
@@ -9,60 +10,61 @@ import jax.numpy as jnp
 SUPPORTED_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 
 
-def _check_dtype(name, array):
+def _check_dtype(name, array, function):
     if array.dtype not in SUPPORTED_DTYPES:
         raise TypeError(
-            f"rms_norm: {name} must be float16, bfloat16, float32 or float64, "
+            f"{function}: {name} must be float16, bfloat16, float32 or float64, "
             f"got {array.dtype}")
 
 
-def check_rms_norm_args(x, weight, eps):
-    """Raise TypeError/ValueError for bad arguments; return eps as a float."""
-    _check_dtype("x", x)
-    _check_dtype("weight", weight)
+def check_rms_norm_args(x, weight, eps, function):
+    """Raise TypeError/ValueError for bad arguments of `function` (the
+    public function called, which the message names); return eps as a float."""
+    _check_dtype("x", x, function)
+    _check_dtype("weight", weight, function)
     if weight.ndim == 0:
-        raise ValueError("rms_norm: weight must have at least one dimension")
+        raise ValueError(f"{function}: weight must have at least one dimension")
     if weight.size == 0:
-        raise ValueError(f"rms_norm: weight must not be empty, got shape {weight.shape}")
+        raise ValueError(f"{function}: weight must not be empty, got shape {weight.shape}")
     if weight.ndim > x.ndim:
         raise ValueError(
-            f"rms_norm: weight has more dimensions ({weight.ndim}) than x ({x.ndim})")
+            f"{function}: weight has more dimensions ({weight.ndim}) than x ({x.ndim})")
     if x.shape[x.ndim - weight.ndim:] != weight.shape:
         raise ValueError(
-            f"rms_norm: weight shape {weight.shape} must equal the trailing "
+            f"{function}: weight shape {weight.shape} must equal the trailing "
             f"shape of x, got x shape {x.shape}")
-    return check_eps(eps)
+    return check_eps(eps, function)
 
 
-def check_eps(eps):
+def check_eps(eps, function):
     """Raise TypeError/ValueError unless eps is a real number, finite and >= 0;
     return it as a float."""
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(
-            f"rms_norm: eps must be a Python or NumPy real number (it is a "
+            f"{function}: eps must be a Python or NumPy real number (it is a "
             f"static attribute of the custom call), got {type(eps).__name__}")
     try:
         value, shown = float(eps), eps
     except OverflowError:
         value, shown = math.inf, "an integer beyond float64's range"
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"rms_norm: eps must be a finite number >= 0, got {shown}")
+        raise ValueError(f"{function}: eps must be a finite number >= 0, got {shown}")
     return value
 
 
-def check_residual(x, residual):
+def check_residual(x, residual, function):
     """residual as an array, or TypeError/ValueError unless it has x's dtype and shape."""
     residual = jnp.asarray(residual)
     if residual.dtype != x.dtype:
-        raise TypeError(f"rms_norm: residual must have x's dtype {x.dtype}, got "
+        raise TypeError(f"{function}: residual must have x's dtype {x.dtype}, got "
                         f"{residual.dtype}")
     if residual.shape != x.shape:
-        raise ValueError(f"rms_norm: residual must have x's shape {x.shape}, got "
+        raise ValueError(f"{function}: residual must have x's shape {x.shape}, got "
                          f"{residual.shape}")
     return residual
 
 
-def check_float8_weight(weight, group, function="rms_norm_fp8"):
+def check_float8_weight(weight, group, function):
     """ValueError unless the weight is one axis of a multiple of `group` values."""
     if weight.ndim != 1 or weight.size % group or weight.size == 0:
         raise ValueError(f"{function}: weight must have one dimension, a multiple of "
@@ -86,26 +88,26 @@ def check_read_back_dtype(dtype, default):
     return found
 
 
-def check_float8_scale(scale):
+def check_float8_scale(scale, function):
     """The float8 forward's given scale, as a float32 scalar array: a real
     number or a floating-point scalar array, finite and positive where its
     value is known (TypeError or ValueError otherwise)."""
     if isinstance(scale, bool) or not (isinstance(scale, numbers.Real)
                                        or hasattr(scale, "dtype")):
-        raise TypeError(f"rms_norm_fp8: scale must be a real number or a floating-point "
+        raise TypeError(f"{function}: scale must be a real number or a floating-point "
                         f"scalar array, got {type(scale).__name__}")
     if not hasattr(scale, "dtype"):
         scale = float(scale)
     elif not jnp.issubdtype(scale.dtype, jnp.floating):
-        raise TypeError(f"rms_norm_fp8: scale must be floating-point, got {scale.dtype}")
+        raise TypeError(f"{function}: scale must be floating-point, got {scale.dtype}")
     scale = jnp.asarray(scale, jnp.float32)
     if scale.shape != ():
-        raise ValueError(f"rms_norm_fp8: scale must be one number for the whole tensor, "
+        raise ValueError(f"{function}: scale must be one number for the whole tensor, "
                          f"got shape {scale.shape}")
     if not isinstance(scale, jax.core.Tracer):
         value = float(scale)
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"rms_norm_fp8: scale must be finite and positive, got {value}")
+            raise ValueError(f"{function}: scale must be finite and positive, got {value}")
     return scale
 
 
@@ -122,13 +124,13 @@ def check_pallas_gpus():
                 f"sm_{capability.replace('.', '')}: use implementation='primitives'")
 
 
-def check_implementation(implementation, known):
+def check_implementation(implementation, known, function):
     """Raise TypeError/ValueError unless `implementation` names one of `known`."""
     if not isinstance(implementation, str):
-        raise TypeError(f"rms_norm: implementation must be a string, got "
+        raise TypeError(f"{function}: implementation must be a string, got "
                         f"{type(implementation).__name__}")
     if implementation not in known:
-        raise ValueError(f"rms_norm: implementation must be one of {sorted(known)}, "
+        raise ValueError(f"{function}: implementation must be one of {sorted(known)}, "
                          f"got {implementation!r}")
     return implementation
 
@@ -158,4 +160,4 @@ def check_float8_input(values, scales, weight, eps, group):
     if scales.shape != expected:
         raise ValueError(f"rms_norm_from_fp8: scales must have shape {expected} (one per "
                          f"{group} values of a row), got {scales.shape}")
-    return check_eps(eps)
+    return check_eps(eps, "rms_norm_from_fp8")

@@ -182,3 +182,39 @@ def test_cuda_backward_handler_checks_its_scratch(scratch, message):
     inv = jnp.ones(4, jnp.float32)
     with pytest.raises(Exception, match=message):
         jax.block_until_ready(call(X, inv, X, W, eps=np.float64(1e-5)))
+
+
+# Each public function that normalises x, and its keywords besides eps and
+# implementation.
+NORMALISING_FUNCTIONS = {
+    "rms_norm": (gpu_ops.rms_norm, ("residual",)),
+    "rms_norm_fp8": (gpu_ops.rms_norm_fp8, ("residual", "scale")),
+    "rms_norm_through_fp8": (gpu_ops.rms_norm_through_fp8, ("residual", "scale")),
+    "rms_norm_through_fp8_input": (gpu_ops.rms_norm_through_fp8_input, ()),
+}
+BAD_ARGUMENTS = [  # (argument, value, error, message)
+    ("x", X128.astype(jnp.int32), TypeError, "x must be float16"),
+    ("weight", W128[:64], ValueError, "weight shape"),
+    ("eps", -1.0, ValueError, "eps must be a finite number"),
+    ("eps", "1e-5", TypeError, "eps must be a Python or NumPy real number"),
+    ("implementation", "cuda", ValueError, "implementation must be one of"),
+    ("implementation", 1, TypeError, "implementation must be a string"),
+    ("residual", X128.astype(jnp.bfloat16), TypeError, "residual must have x's dtype"),
+    ("residual", X128[:2], ValueError, "residual must have x's shape"),
+    ("scale", -1.0, ValueError, "scale must be finite and positive"),
+    ("scale", "1", TypeError, "scale must be a real number"),
+]
+
+
+@pytest.mark.parametrize("function,argument,value,error,message", [
+    pytest.param(function, argument, value, error, message,
+                 id=f"{function}-{argument}-{error.__name__}")
+    for function, (_, keywords) in NORMALISING_FUNCTIONS.items()
+    for argument, value, error, message in BAD_ARGUMENTS
+    if argument in ("x", "weight", "eps", "implementation", *keywords)
+])
+def test_errors_name_the_function_called(function, argument, value, error, message):
+    call = NORMALISING_FUNCTIONS[function][0]
+    arguments = {"x": X128, "weight": W128, argument: value}
+    with pytest.raises(error, match=f"^{function}: {message}"):
+        call(**arguments)

@@ -44,7 +44,7 @@ def rms_norm_apex_seed(x, weight, eps=1e-5):
     """Like :func:`gpu_ops.rms_norm` (under jit and grad), with the seed's kernels."""
     if not built():
         raise ImportError("the seed's kernels are not built: GPU_OPS_APEX_SEED=1 ./build.sh")
-    eps = check_rms_norm_args(x, weight, eps)
+    eps = check_rms_norm_args(x, weight, eps, "rms_norm_apex_seed")
     return _rms_norm(x, weight, eps)
 
 
