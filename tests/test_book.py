@@ -128,8 +128,9 @@ def test_printed_outputs_fit_the_page(source):
                 assert len(line) <= OUTPUT_COLUMNS, f"{source.name}: {line[:60]}... ({len(line)})"
 
 
-@pytest.mark.parametrize("source", [s for s in SOURCES if s.name[:2] in
-                                    {"01", "02", "03", "04", "05", "06", "07"}], ids=lambda p: p.name)
+# Chapter 10 records the environment the book ran in: it teaches nothing to practise.
+@pytest.mark.parametrize("source", [s for s in SOURCES if s.name[:2] != "10"],
+                         ids=lambda p: p.name)
 def test_chapter_has_an_exercise_with_a_hidden_checked_solution(source):
     cells = jupytext.read(source.with_suffix(".ipynb")).cells
     (heading,) = [i for i, c in enumerate(cells)
