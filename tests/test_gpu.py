@@ -365,9 +365,9 @@ def test_a_plan_setting_that_names_no_path_is_a_clear_error():
 
 
 # The forward with a residual add. Few rows (a block each), rows a block
-# holds (FastResidualForwardKernel: a transformer's 16,384 x 2,048, more rows
-# than blocks run at once, 16-bit rows of 16,384 in 1024-thread blocks, a
-# row of 5,000 whose last vectors are cut short); and the general kernel
+# holds (FastForwardKernel with kResidual: a transformer's 16,384 x 2,048,
+# more rows than blocks run at once, 16-bit rows of 16,384 in 1024-thread
+# blocks, a row of 5,000 whose last vectors are cut short); and the general kernel
 # (rms_norm_general.cu) for a row shorter than a vector, the seed's long
 # rows, float64, and x and the weight of different dtypes.
 RESIDUAL_CASES = [((67, 2_048), jnp.bfloat16, None), ((16_384, 2_048), jnp.bfloat16, None),

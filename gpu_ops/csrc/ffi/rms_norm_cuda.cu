@@ -61,7 +61,7 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
     case Path::kFewRows:
     case Path::kRowsPerBlock:
     case Path::kRowTeams:
-      return LaunchRowsForward(stream, plan, b, g, eps);
+      return LaunchRowsForward(stream, plan, {b.x, b.w, b.y, b.inv_rms}, g, eps);
     case Path::kGridRows: return LaunchGridRowsForward(stream, plan, b, g, eps);
     case Path::kSharedRow: return LaunchSharedRowForward(stream, plan, b, g, eps);
     case Path::kSplitRows: return LaunchSplitRowsForward(stream, plan, b, g, eps);
@@ -174,7 +174,7 @@ ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   if (auto err = PathsLeftOut(&without); err.failure()) return err;
   const Plan plan = PlanForward(problem, CurrentGpu(), without);
   if (plan.path == Path::kGeneral) return GeneralForward(stream, buffers, g, eps);
-  return LaunchRowsResidualForward(stream, plan, buffers, g, eps);
+  return LaunchRowsForward(stream, plan, buffers, g, eps);
 }
 
 ffi::Error QuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,

@@ -53,11 +53,6 @@ ffi::Error GeneralForward(cudaStream_t stream, const ResidualForwardBuffers& b,
 ffi::Error GeneralBackward(cudaStream_t stream, const BackwardBuffers& b,
                            RowGeometry g);
 
-// kFewRows and kRowsPerBlock with a residual add.
-ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
-                                     const ResidualForwardBuffers& b,
-                                     RowGeometry g, double eps);
-
 // With a residual add where `residual` and `sum` (a result) are given; with
 // a given scale per row where `row_scales` is (then `scales` receives each
 // group's largest |y|).
@@ -103,9 +98,11 @@ int64_t GridRowsResident(Kernel kernel, DType dtype, const Shape& shape,
                          int shared_bytes);
 int64_t SharedRowResident(DType dtype, const Shape& shape, int shared_bytes);
 
-// kFewRows, kRowsPerBlock and kRowTeams.
+// kFewRows, kRowsPerBlock and kRowTeams; with a residual add (where b has
+// one), kFewRows and kRowsPerBlock, the planner's only paths for it.
 ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
-                             const ForwardBuffers& b, RowGeometry g, double eps);
+                             const ResidualForwardBuffers& b, RowGeometry g,
+                             double eps);
 ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
                                   const BackwardBuffers& b, RowGeometry g);
 ffi::Error LaunchGridRowsForward(cudaStream_t stream, const Plan& plan,

@@ -462,7 +462,7 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
 }
 
 ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
-                             const ForwardBuffers& b, RowGeometry g,
+                             const ResidualForwardBuffers& b, RowGeometry g,
                              double eps) {
   return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -471,41 +471,52 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
     const T* w = static_cast<const T*>(b.w.untyped_data());
     T* y = static_cast<T*>(b.y.untyped_data());
     float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
+    const T* residual =
+        b.residual ? static_cast<const T*>(b.residual->untyped_data()) : nullptr;
+    T* sum = b.sum ? static_cast<T*>(b.sum->untyped_data()) : nullptr;
+    const float inv_row_length = Reciprocal(g.row_length);
     const float epsilon = static_cast<float>(eps);
     const Shape& shape = plan.shape;
-    const char* what = "launching the forward kernel";
-    if (plan.path == Path::kFewRows) {
-      return Launch(stream, FastForwardKernel<T, 1, 1>, shape, plan.groups, 0,
-                    what, x, w, y, inv_rms, g.rows, row_vectors,
-                    Reciprocal(g.row_length), epsilon, nullptr, nullptr);
-    }
-    return DispatchVectors<kForwardVectors<T>>(
-        shape.vectors, [&](auto vectors) -> ffi::Error {
-          constexpr int kVectors = decltype(vectors)::value;
-          const auto blocks = static_cast<unsigned>(plan.groups);
-          if (plan.path == Path::kRowsPerBlock &&
-                     plan.rows_per_group == RowsPerBlock(kVectors, false)) {
+    const auto launch = [&](auto with_residual) -> ffi::Error {
+      constexpr bool kResidual = decltype(with_residual)::value;
+      const char* what = kResidual ? "launching the residual forward kernel"
+                                   : "launching the forward kernel";
+      if (plan.path == Path::kFewRows) {
+        return Launch(stream, FastForwardKernel<T, 1, 1, kResidual>, shape,
+                      plan.groups, 0, what, x, w, y, inv_rms, g.rows,
+                      row_vectors, inv_row_length, epsilon, residual, sum);
+      }
+      return DispatchVectors<kForwardVectors<T>>(
+          shape.vectors, [&](auto vectors) -> ffi::Error {
+            constexpr int kVectors = decltype(vectors)::value;
             // The kernel's rows a block are a template argument: the plan's.
-            constexpr int kRows = RowsPerBlock(kVectors, false);
-            FastForwardKernel<T, kVectors, kRows>
-                <<<blocks, shape.team, 0, stream>>>(
-                    x, w, y, inv_rms, g.rows, row_vectors,
-                    Reciprocal(g.row_length), epsilon, nullptr, nullptr);
-            return CheckLaunch(what);
-          } else if (plan.path == Path::kRowTeams) {
-            return ForCluster(
-                shape, ClusterForwardKernel<T, kVectors, true>,
-                ClusterForwardKernel<T, kVectors, false>, [&](auto kernel) {
-                  return Launch(stream, kernel, shape, plan.groups,
-                                plan.shared_bytes, what, x, w, y, inv_rms,
-                                g.rows, row_vectors, shape,
-                                static_cast<float>(g.row_length), epsilon);
-                });
-          }
-          return ffi::Error::Internal(
-              std::string("gpu_ops rms_norm: the row forward cannot run plan ") +
-              PathName(plan.path));
-        });
+            constexpr int kRows = RowsPerBlock(kVectors, kResidual);
+            if (plan.path == Path::kRowsPerBlock && plan.rows_per_group == kRows) {
+              FastForwardKernel<T, kVectors, kRows, kResidual>
+                  <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
+                      x, w, y, inv_rms, g.rows, row_vectors, inv_row_length,
+                      epsilon, residual, sum);
+              return CheckLaunch(what);
+            }
+            if constexpr (!kResidual) {
+              if (plan.path == Path::kRowTeams) {
+                return ForCluster(
+                    shape, ClusterForwardKernel<T, kVectors, true>,
+                    ClusterForwardKernel<T, kVectors, false>, [&](auto kernel) {
+                      return Launch(stream, kernel, shape, plan.groups,
+                                    plan.shared_bytes, what, x, w, y, inv_rms,
+                                    g.rows, row_vectors, shape,
+                                    static_cast<float>(g.row_length), epsilon);
+                    });
+              }
+            }
+            return ffi::Error::Internal(
+                std::string("gpu_ops rms_norm: the row forward") +
+                (kResidual ? " with a residual" : "") + " cannot run plan " +
+                PathName(plan.path));
+          });
+    };
+    return residual ? launch(std::true_type{}) : launch(std::false_type{});
   });
 }
 
@@ -538,44 +549,6 @@ ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
     if (launched.failure()) return launched;
     return SumPartials(stream, partials, static_cast<T*>(b.dw.untyped_data()),
                        plan.groups, g.row_length);
-  });
-}
-
-ffi::Error LaunchRowsResidualForward(cudaStream_t stream, const Plan& plan,
-                                     const ResidualForwardBuffers& b,
-                                     RowGeometry g, double eps) {
-  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
-    const T* x = static_cast<const T*>(b.x.untyped_data());
-    const T* w = static_cast<const T*>(b.w.untyped_data());
-    T* y = static_cast<T*>(b.y.untyped_data());
-    float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
-    const T* residual = static_cast<const T*>(b.residual->untyped_data());
-    T* sum = static_cast<T*>(b.sum->untyped_data());
-    const float inv_row_length = Reciprocal(g.row_length);
-    const float epsilon = static_cast<float>(eps);
-    const char* what = "launching the residual forward kernel";
-    if (plan.path == Path::kFewRows) {
-      return Launch(stream, FastForwardKernel<T, 1, 1, true>, plan.shape,
-                    plan.groups, 0, what, x, w, y, inv_rms, g.rows, row_vectors,
-                    inv_row_length, epsilon, residual, sum);
-    }
-    return DispatchVectors<kForwardVectors<T>>(
-        plan.shape.vectors, [&](auto vectors) -> ffi::Error {
-          constexpr int kVectors = decltype(vectors)::value;
-          constexpr int kRows = RowsPerBlock(kVectors, true);
-          if (plan.path != Path::kRowsPerBlock || plan.rows_per_group != kRows) {
-            return ffi::Error::Internal(
-                std::string("gpu_ops rms_norm: the residual forward cannot run "
-                            "plan ") + PathName(plan.path));
-          }
-          FastForwardKernel<T, kVectors, kRows, true>
-              <<<static_cast<unsigned>(plan.groups), plan.shape.team, 0,
-                 stream>>>(x, w, y, inv_rms, g.rows, row_vectors,
-                           inv_row_length, epsilon, residual, sum);
-          return CheckLaunch(what);
-        });
   });
 }
 
