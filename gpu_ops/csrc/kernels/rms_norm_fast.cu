@@ -516,7 +516,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
                 PathName(plan.path));
           });
     };
-    return residual ? launch(std::true_type{}) : launch(std::false_type{});
+    return b.residual ? launch(std::true_type{}) : launch(std::false_type{});
   });
 }
 
