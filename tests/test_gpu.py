@@ -172,27 +172,17 @@ def test_the_described_h100_plans_as_this_hopper_gpu_does():
         described = kernel_plan("forward", shape, dtype, H100, weight_dtype=weight_dtype,
                                 residual=True)
         assert here["path"] == described["path"], (shape, dtype)
-    # the most rows the few-rows forward takes, which the benchmark's small
-    # case (512 x 4,096) comes close to
+    # the most rows the few-rows forward takes (the described H100's limit,
+    # which test_kernel_plans checks), which the benchmark's small case
+    # (512 x 4,096) comes close to
+    from test_kernel_plans import few_rows_limit
+
     for row_length, dtype in [(4_096, jnp.bfloat16), (1_024, jnp.bfloat16),
                               (1_024, jnp.float32)]:
-        limit = last_described_few_rows(row_length, dtype)
+        limit = few_rows_limit(row_length, dtype, H100)
         for rows in (limit, limit + 1):
             here = kernel_plan("forward", (rows, row_length), dtype)["path"]
             assert (here == "few_rows") == (rows == limit), (rows, row_length, dtype)
-
-
-def last_described_few_rows(row_length, dtype):
-    """The most rows of row_length the described H100's forward gives the
-    few-rows kernel (it takes a row count up to a limit)."""
-    def few(rows):
-        return kernel_plan("forward", (rows, row_length), dtype, H100)["path"] == "few_rows"
-    low, high = 1, 1 << 20  # few(low), not few(high)
-    assert few(low) and not few(high)
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if few(middle) else (low, middle)
-    return low
 
 
 def run_path_cases(environment, tests):
