@@ -84,6 +84,19 @@ def test_an_update_replaces_the_checks_it_reruns_and_keeps_the_others(tmp_path):
     assert (nbval["commit"], nbval["passed"]) == ("1262d16", 85)  # rerun: replaced in place
 
 
+
+@pytest.mark.parametrize("options", ["-n 8 --dist load -p no:cacheprovider", "-p no:cacheprovider"])
+def test_options_that_do_not_select_tests_do_not_make_another_check(tmp_path, options):
+    out = tmp_path / "h100.json"
+    older = {"check": "tests", "commit": "c36ca84", "selection": f'{options} -k "not hijax"'}
+    other = {"check": "tests", "commit": "c36ca84", "selection": "-k slow"}
+    out.write_text(json.dumps({"machine": {}, "checks": [older, other]}))
+    again = _run(tmp_path / "again", "1262d16", build_and_tests=TESTS)
+    _tool().main(["--out", str(out), "--update", str(again)])
+    first, second = json.loads(out.read_text())["checks"]
+    assert (first["commit"], first["selection"]) == ("1262d16", '-k "not hijax"')
+    assert second == other  # another selection of tests: kept
+
 def test_a_run_cut_off_says_so(tmp_path):
     cut = _run(tmp_path / "cut", "c36ca84", build_and_tests="==> Running\n.....")
     _, checks = _tool().run_summary(cut)

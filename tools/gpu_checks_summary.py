@@ -124,8 +124,15 @@ def summary(outdirs):
     return {"machine": machine, "checks": checks}
 
 
+# pytest options that say how tests run, not which: a selection with them
+# names the same tests as one without (older runs put the number of
+# processes there).
+_NOT_SELECTING = re.compile(r"(^|\s)(-n\s+\S+|--dist\s+\S+|-p\s+no:cacheprovider)(?=\s|$)")
+
+
 def _key(check):
-    return check["check"], check.get("selection", "")
+    selection = _NOT_SELECTING.sub(" ", check.get("selection", ""))
+    return check["check"], " ".join(selection.split())
 
 
 def updated(old, new):
