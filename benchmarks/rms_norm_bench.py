@@ -26,9 +26,9 @@ so its start and its synchronisation add under a few percent to the time.
 Inputs are random; each implementation's results are checked against XLA's
 before it is timed. The device's copy bandwidth (read + write of a 1 GiB
 buffer, by a chained elementwise negation) is measured the same way in the
-same run. On a GPU, one more call of gpu_ops' chain runs under JAX's
-profiler (kernel_profile.py), and its record says which kernels ran, how
-long each took, and how long the GPU ran none, per op.
+same run. On a GPU, one more call of each implementation's chain runs
+under JAX's profiler (kernel_profile.py), and its record says which kernels
+ran, how long each took, and how long the GPU ran none, per op.
 
 On a machine without a GPU it runs small sizes and says so: the CPU numbers
 show the method, not the kernels' speed.
@@ -280,10 +280,9 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
                 nbytes = minimum_bytes(op, dtype, rows, row_len)
                 chain, case_calls = (plan(nbytes, bandwidth, calls) if on_gpu
                                      else (CHAIN, calls))
-                profiled = on_gpu and name == "gpu_ops"
                 timing = per_op_seconds(step, timed_args, case_calls, repeats, chain,
-                                        profile=profiled)
-                seconds, kernels = timing if profiled else (timing, None)
+                                        profile=on_gpu)
+                seconds, kernels = timing if on_gpu else (timing, None)
                 record = {**common, "op": op, "impl": name, "dtype": dtype, "rows": rows,
                           "row_len": row_len, "median_us": round(seconds * 1e6, 2),
                           "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 1),
