@@ -16,7 +16,7 @@ BENCHMARK_FILES = sorted(p for p in (RESULTS / "benchmarks").glob("*.json")
 GPU_IMPLS = {"gpu_ops", "apex_seed", "pallas", "xla"}
 FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "rows", "row_len",
           "median_us", "bytes", "gbps", "copy_gbps"}
-#: What a profile of gpu_ops' records adds (rms_norm_bench.kernel_record).
+#: What a profile adds to a GPU run's records (rms_norm_bench.kernel_record).
 PROFILED_FIELDS = {"busy_us", "span_us", "kernels"}
 
 
