@@ -84,7 +84,6 @@ def test_an_update_replaces_the_checks_it_reruns_and_keeps_the_others(tmp_path):
     assert (nbval["commit"], nbval["passed"]) == ("1262d16", 85)  # rerun: replaced in place
 
 
-
 @pytest.mark.parametrize("options", ["-n 8 --dist load -p no:cacheprovider", "-p no:cacheprovider"])
 def test_options_that_do_not_select_tests_do_not_make_another_check(tmp_path, options):
     out = tmp_path / "h100.json"
@@ -96,6 +95,7 @@ def test_options_that_do_not_select_tests_do_not_make_another_check(tmp_path, op
     first, second = json.loads(out.read_text())["checks"]
     assert (first["commit"], first["selection"]) == ("1262d16", '-k "not hijax"')
     assert second == other  # another selection of tests: kept
+
 
 def test_a_run_cut_off_says_so(tmp_path):
     cut = _run(tmp_path / "cut", "c36ca84", build_and_tests="==> Running\n.....")
