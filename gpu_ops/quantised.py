@@ -125,10 +125,17 @@ def _no_derivative(name, eps, scaled, primals, tangents):
                     "quantisation")
 
 
-def _checked(function, x, weight, eps, residual, implementation):
+def _checked(function, x, weight, eps, residual, scale, implementation):
+    """(operands, eps, name) of `function`'s arguments, checked: x, the
+    weight, the residual if there is one, and the scale if there is one as a
+    column of x's rank, (*rows, 1), so that it is placed, batched and
+    exported as x is."""
     operands, eps, name = checked_operands(x, weight, eps, residual, implementation, FP8,
                                            function)
     check_float8_weight(operands[1], float8.GROUP, function)
+    if scale is not None:
+        scale = check_float8_scale(scale, function)
+        operands = (*operands, jnp.broadcast_to(scale, (*operands[0].shape[:-1], 1)))
     return operands, eps, name
 
 
@@ -152,10 +159,9 @@ def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, scale=None,
     for a gradient, :func:`rms_norm_through_fp8`. Works under ``jit``,
     ``vmap`` and sharding as ``rms_norm`` does.
     """
-    operands, eps, name = _checked("rms_norm_fp8", x, weight, eps, residual, implementation)
+    operands, eps, name = _checked("rms_norm_fp8", x, weight, eps, residual, scale,
+                                   implementation)
     scaled = scale is not None
-    if scaled:
-        operands = _with_scale_column(operands, scale, "rms_norm_fp8")
 
     def forward_only(*operands_and_eps):
         *operands, eps = operands_and_eps
@@ -163,14 +169,6 @@ def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, scale=None,
 
     values, per_group, *total = on_their_devices(forward_only, operands, eps)
     return (values, _amax(per_group) if scaled else per_group, *total)
-
-
-def _with_scale_column(operands, scale, function):
-    """The operands and the checked scale as a column of x's rank, (*rows, 1),
-    so that it is placed, batched and exported as x is."""
-    x = operands[0]
-    return (*operands,
-            jnp.broadcast_to(check_float8_scale(scale, function), (*x.shape[:-1], 1)))
 
 
 def _amax(largest):
@@ -190,13 +188,12 @@ def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None, scale=None, dtyp
     the convention of float8 training), into the norm's backward in the
     weight's dtype; the scale and amax have none.
     """
-    operands, eps, name = _checked("rms_norm_through_fp8", x, weight, eps, residual,
+    operands, eps, name = _checked("rms_norm_through_fp8", x, weight, eps, residual, scale,
                                    implementation)
     dtype = check_read_back_dtype(dtype, operands[1].dtype)
     if scale is None:
         y, *total = _as_tuple(on_their_devices(THROUGH_FP8[name][len(operands)], operands, eps))
         return (y.astype(dtype), *total) if total else y.astype(dtype)
-    operands = _with_scale_column(operands, scale, "rms_norm_through_fp8")
     y, largest, *total = on_their_devices(SCALED_THROUGH_FP8[name][len(operands)],
                                           operands, eps)
     return (y.astype(dtype), _amax(jax.lax.stop_gradient(largest)), *total)
