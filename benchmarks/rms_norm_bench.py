@@ -236,6 +236,19 @@ def finished_cases(records, impls):
     return [r for r in records if case(r) in whole]
 
 
+def of_this_run(records, record_plans):
+    """The records of `records` that this run could have written: the same
+    commit, device, JAX version and paths left out, with the kernel paths
+    named (a partial run's gpu_ops records) exactly where this run names
+    them. A resumed run keeps no others, so that its file is one run's."""
+    this = {"commit": commit(), "device": jax.devices()[0].device_kind,
+            "jax_version": jax.__version__,
+            "plan_without": os.environ.get("GPU_OPS_PLAN_WITHOUT") or None}
+    return [r for r in records
+            if all(r.get(key) == value for key, value in this.items())
+            and ("plan" in r) == (record_plans and r["impl"] == "gpu_ops")]
+
+
 def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(),
         record_plans=False):
     """Measure every case; rewrite `out` after each one, so a cut-off run keeps its data.
@@ -380,8 +393,9 @@ def main(argv=None):
                              "it, over the cases that take it (path_comparison.py; on a GPU, "
                              "with --out)")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the whole cases already in the output file and measure the "
-                             "rest (a full run can outlast one call to a GPU machine)")
+                        help="keep the whole cases that a run like this one (same commit, JAX "
+                             "and plan setting) left in the output file and measure the rest "
+                             "(a full run can outlast one call to a GPU machine)")
     args = parser.parse_args(argv)
     if args.impl and not args.out:
         parser.error("--impl times part of the implementations: give --out, so the results file stays whole")
@@ -435,14 +449,17 @@ def main(argv=None):
         return
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
     out = args.out or (RESULTS / f"{device_slug(jax.devices()[0].device_kind)}.json")
+    partial_run = bool(args.cases == "paths" or args.without or args.impl or args.case)
+    record_plans = on_gpu and partial_run
     done = []
     if args.resume and out.exists():
         impls = args.impl or list(implementations(on_gpu))
-        done = finished_cases(json.loads(out.read_text()), impls)
-        print(f"resuming: {len(done)} records of whole cases kept from {out}")
-    partial_run = bool(args.cases == "paths" or args.without or args.impl or args.case)
+        found = json.loads(out.read_text())
+        done = finished_cases(of_this_run(found, record_plans), impls)
+        print(f"resuming: {len(done)} records of whole cases kept from {out}; "
+              f"{len(found) - len(done)} of cut cases or of another run measured again")
     records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl, done,
-                  record_plans=on_gpu and partial_run)
+                  record_plans=record_plans)
     print(f"wrote {len(records)} records to {out}")
 
 

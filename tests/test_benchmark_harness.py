@@ -70,6 +70,28 @@ def test_a_resumed_run_keeps_whole_cases_and_measures_a_cut_one_again(tmp_path):
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
+@pytest.mark.parametrize("other_run", [{"commit": "0" * 40}, {"jax_version": "0.0.1"},
+                                       {"plan_without": "few_rows"},
+                                       {"plan": {"forward": "general", "backward": "general"}}])
+def test_a_resumed_run_measures_again_what_another_run_measured(tmp_path, other_run):
+    # Another commit's, JAX's or plan setting's records, or a partial run's (which
+    # name gpu_ops' kernel paths), are not this run's: a file resumed from them
+    # would mix two runs.
+    bench = _load("rms_norm_bench")
+    out = tmp_path / "results.json"
+    args = ["--out", str(out), "--repeats", "1", "--calls", "1", "--dtype", "float32"]
+    bench.main(args)
+    whole = json.loads(out.read_text())
+    out.write_text(json.dumps([{**r, **other_run} if r["impl"] == "gpu_ops" else r
+                               for r in whole]))
+    bench.main([*args, "--resume"])
+    resumed = json.loads(out.read_text())
+    assert len(resumed) == len(whole)
+    assert all(key not in r or r[key] != value
+               for r in resumed for key, value in other_run.items())
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
 def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys, monkeypatch):
     bench = _load("rms_norm_bench")
     with pytest.raises(SystemExit):
