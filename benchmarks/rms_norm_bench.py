@@ -457,7 +457,7 @@ def main(argv=None):
         found = json.loads(out.read_text())
         done = finished_cases(of_this_run(found, record_plans), impls)
         print(f"resuming: {len(done)} records of whole cases kept from {out}; "
-              f"{len(found) - len(done)} of cut cases or of another run measured again")
+              f"{len(found) - len(done)} left out (of cut cases, or of another run)")
     records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl, done,
                   record_plans=record_plans)
     print(f"wrote {len(records)} records to {out}")
