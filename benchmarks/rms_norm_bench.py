@@ -236,16 +236,24 @@ def finished_cases(records, impls):
     return [r for r in records if case(r) in whole]
 
 
+def run_identity():
+    """What every record of this run says of it, its date aside: device, JAX
+    version, commit, and the paths left out of the plans if any."""
+    identity = {"device": jax.devices()[0].device_kind, "jax_version": jax.__version__,
+                "commit": commit()}
+    if os.environ.get("GPU_OPS_PLAN_WITHOUT"):  # a partial run (--without)
+        identity["plan_without"] = os.environ["GPU_OPS_PLAN_WITHOUT"]
+    return identity
+
+
 def of_this_run(records, record_plans):
     """The records of `records` that this run could have written: the same
-    commit, device, JAX version and paths left out, with the kernel paths
-    named (a partial run's gpu_ops records) exactly where this run names
-    them. A resumed run keeps no others, so that its file is one run's."""
-    this = {"commit": commit(), "device": jax.devices()[0].device_kind,
-            "jax_version": jax.__version__,
-            "plan_without": os.environ.get("GPU_OPS_PLAN_WITHOUT") or None}
+    run_identity(), with the kernel paths named (a partial run's gpu_ops
+    records) exactly where this run names them. A resumed run keeps no
+    others, so that its file is one run's."""
+    this = run_identity()
     return [r for r in records
-            if all(r.get(key) == value for key, value in this.items())
+            if all(r.get(key) == this.get(key) for key in {*this, "plan_without"})
             and ("plan" in r) == (record_plans and r["impl"] == "gpu_ops")]
 
 
@@ -259,14 +267,8 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
     record_plans: gpu_ops' records name the kernel paths the handlers planned.
     """
     device = jax.devices()[0]
-    common = {
-        "device": device.device_kind,
-        "jax_version": jax.__version__,
-        "commit": commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-    if os.environ.get("GPU_OPS_PLAN_WITHOUT"):  # a partial run (--without)
-        common["plan_without"] = os.environ["GPU_OPS_PLAN_WITHOUT"]
+    common = {**run_identity(),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     bandwidth = copy_gbps(copy_bytes, calls, repeats)
     print(f"{device.device_kind}: copy bandwidth {bandwidth:.0f} GB/s", flush=True)
     records = list(done)
