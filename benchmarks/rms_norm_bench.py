@@ -73,6 +73,7 @@ CPU_CASES = [("bfloat16", 256, 1_024), ("float32", 256, 1_024), ("float32", 32, 
 PATH_CASES = [
     ("bfloat16", 1, 4_096), ("bfloat16", 512, 1_024),  # few rows
     ("bfloat16", 16_384, 1_024),  # rows a block holds
+    ("bfloat16", 2_048, 16_384),  # a row a 1024-thread block
     ("bfloat16", 1_024, 32_768), ("bfloat16", 512, 65_536),  # a row a cluster
     ("bfloat16", 256, 131_072),
     ("bfloat16", 1, 262_144), ("bfloat16", 32, 262_144), ("float32", 32, 262_144),  # grid

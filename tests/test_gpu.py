@@ -144,7 +144,7 @@ def test_the_path_cases_take_every_path():
     taken = {direction: {kernel_plan(direction, shape, dtype)["path"]
                          for shape, dtype in PATH_CASES}
              for direction in ("forward", "backward")}
-    forward = {"few_rows", "rows_per_block", "row_teams", "grid_rows",
+    forward = {"few_rows", "row_per_block", "rows_per_block", "row_teams", "grid_rows",
                "shared_row", "split_rows", "general"}
     if not clusters_planned():  # row teams of one block need more rows than a grid has blocks
         forward -= {"shared_row", "row_teams"}
@@ -216,7 +216,7 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
     # GPU holds and rows a cluster holds in shared memory, the path cases
     # take the general ones (row teams, of one block too, and split rows),
     # as the benchmarks do to measure what each specialised path gains.
-    run_path_cases({WITHOUT_PATHS: "few_rows,rows_per_block,grid_rows,"
+    run_path_cases({WITHOUT_PATHS: "few_rows,row_per_block,rows_per_block,grid_rows,"
                                    "shared_row"}, "test_kernel_path")
 
 
@@ -225,7 +225,7 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
 # A100's backward, where no ring of row teams fits its shared memory.
 SHORT_LONG_ROWS = [((67, 4_104), jnp.float32), ((67, 6_916), jnp.float32),
                    ((7, 6_916), jnp.float32), ((67, 4_104), jnp.bfloat16)]
-ROW_PATHS = "few_rows,rows_per_block,row_teams"
+ROW_PATHS = "few_rows,row_per_block,rows_per_block,row_teams"
 LONG_ROW_PATHS = {ROW_PATHS: {"grid_rows", "shared_row"},
                   ROW_PATHS + ",grid_rows,shared_row": {"split_rows"}}
 

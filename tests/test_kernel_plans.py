@@ -16,15 +16,15 @@ import pytest
 
 from gpu_ops.kernel_plans import A100, H100, PATHS, GpuModel, kernel_plan
 
-ROW_PATHS = {"few_rows", "rows_per_block", "row_teams"}
+ROW_PATHS = {"few_rows", "row_per_block", "rows_per_block", "row_teams"}
 
 # shape, dtype: (forward, backward) path on the H100, then on the A100
 CLASSES = [
     ((67, 1_024), jnp.bfloat16, ("few_rows", "row_teams"), ("few_rows", "row_teams")),
     ((16_384, 1_024), jnp.bfloat16, ("rows_per_block", "row_teams"),
      ("rows_per_block", "row_teams")),
-    ((16_384, 16_384), jnp.bfloat16, ("rows_per_block", "row_teams"),
-     ("rows_per_block", "split_rows")),
+    ((16_384, 16_384), jnp.bfloat16, ("row_per_block", "row_teams"),
+     ("row_per_block", "split_rows")),
     ((16_384, 16_384), jnp.float32, ("rows_per_block", "row_teams"),
      ("rows_per_block", "split_rows")),
     ((16_384, 65_536), jnp.bfloat16, ("row_teams", "row_teams"), ("split_rows", "split_rows")),
@@ -192,7 +192,7 @@ def test_the_sanitizer_workload_takes_every_path_on_an_h100():
                 continue  # no rows: no kernel runs
             plan = kernel_plan(direction, shape, x_dtype, H100, weight_dtype=w_dtype)
             taken.add((plan["path"], plan["cluster"] > 1))
-        every = {("few_rows", False), ("rows_per_block", False),
+        every = {("few_rows", False), ("row_per_block", False), ("rows_per_block", False),
                  ("row_teams", True), ("grid_rows", False), ("shared_row", True),
                  ("split_rows", False), ("general", False)}
         if direction == "backward":

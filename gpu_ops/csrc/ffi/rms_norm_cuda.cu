@@ -59,6 +59,7 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
                          const ForwardBuffers& b, RowGeometry g, double eps) {
   switch (plan.path) {
     case Path::kFewRows:
+    case Path::kRowPerBlock:
     case Path::kRowsPerBlock:
     case Path::kRowTeams:
       return LaunchRowsForward(stream, plan, {b.x, b.w, b.y, b.inv_rms}, g, eps);

@@ -98,8 +98,9 @@ int64_t GridRowsResident(Kernel kernel, DType dtype, const Shape& shape,
                          int shared_bytes);
 int64_t SharedRowResident(DType dtype, const Shape& shape, int shared_bytes);
 
-// kFewRows, kRowsPerBlock and kRowTeams; with a residual add (where b has
-// one), kFewRows and kRowsPerBlock, the planner's only paths for it.
+// kFewRows, kRowPerBlock, kRowsPerBlock and kRowTeams; with a residual add
+// (where b has one), kFewRows and kRowsPerBlock, the planner's only paths
+// for it.
 ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
                              const ResidualForwardBuffers& b, RowGeometry g,
                              double eps);

@@ -206,6 +206,54 @@ __global__ void __maxnreg__(kVectors * kRows == 1 ? 32 : (sizeof(T) == 2 ? 40 : 
 }
 // [forward-kernel-end]
 
+// The forward of one row per block, for blocks of more than 512 threads
+// (16-bit rows of 16,384). FastForwardKernel would give such a block two
+// rows in up to 40 registers a thread, so an SM would hold one block, and
+// while it waits at its barrier or stores, nothing loads: an H100 hardly
+// notices, an H200, with more bandwidth to fill, does. Here a thread keeps
+// only its vectors of x and loads each vector of the weight (from L1 or L2)
+// just before the store that needs it: at most 32 registers (the build
+// fails on a spill), so an SM holds two blocks, and one block's loads run
+// while the other adds up and writes.
+template <typename T, int kVectors>
+__global__ void __launch_bounds__(kMaxThreads, 2)
+    RowForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+                     T* __restrict__ y, float* __restrict__ inv_rms,
+                     int row_vectors, float inv_row_length, float eps) {
+  using P = Pack<T>;
+  __shared__ float warp_sums[kMaxThreads / kWarpSize];
+  const Place at{0, 0, static_cast<int>(threadIdx.x),
+                 static_cast<int>(blockDim.x)};
+  const int64_t row = blockIdx.x;
+  P xv[kVectors];
+  LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors, row_vectors,
+              at, xv);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const float sum_squares = WarpSum(SumSquares(xv));
+  if (lane == 0) warp_sums[warp] = sum_squares;
+  __syncthreads();
+  const int warps = blockDim.x / kWarpSize;
+  const float total = WarpSum(lane < warps ? warp_sums[lane] : 0.0f);
+  const float inv = InverseRms(total, inv_row_length, eps);
+  const P* wp = reinterpret_cast<const P*>(w);
+  P* yp = reinterpret_cast<P*>(y) + row * row_vectors;
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+    const int c = at.first + k * at.stride;
+    if (c < row_vectors) {
+      const P wk = wp[c];
+      P out;
+#pragma unroll
+      for (int e = 0; e < P::kSize; ++e) {
+        out.v[e] = Storage<T>::From(Element(wk, e) * (inv * Element(xv[k], e)));
+      }
+      yp[c] = out;
+    }
+  }
+  if (threadIdx.x == 0) inv_rms[row] = inv;
+}
+
 // The forward for rows spread over a cluster of blocks (rows too long for
 // one block): cluster c normalises row c, then `step` rows further, and so
 // on, with the next rows streaming into the ring; the weight stays in
@@ -489,6 +537,14 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
       return DispatchVectors<kForwardVectors<T>>(
           shape.vectors, [&](auto vectors) -> ffi::Error {
             constexpr int kVectors = decltype(vectors)::value;
+            if constexpr (!kResidual && sizeof(T) == 2) {
+              if (plan.path == Path::kRowPerBlock) {
+                RowForwardKernel<T, kVectors>
+                    <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
+                        x, w, y, inv_rms, row_vectors, inv_row_length, epsilon);
+                return CheckLaunch(what);
+              }
+            }
             // The kernel's rows a block are a template argument: the plan's.
             constexpr int kRows = RowsPerBlock(kVectors, kResidual);
             if (plan.path == Path::kRowsPerBlock && plan.rows_per_group == kRows) {

@@ -77,6 +77,15 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
   if (!shape) return std::nullopt;
   Plan plan;
   plan.shape = *shape;
+  // 16-bit rows in blocks of more than 512 threads: one row a block, so that
+  // an SM holds two blocks (RowForwardKernel).
+  if (!p.residual && !Contains(without, Path::kRowPerBlock) &&
+      ElementBytes(p.dtype) == 2 && shape->cluster == 1 &&
+      shape->team > kMaxThreads / 2 && p.rows <= kMaxGrid) {
+    plan.path = Path::kRowPerBlock;
+    plan.groups = p.rows;
+    return plan;
+  }
   // A block holds a row, and a grid covers all rows: one block per
   // RowsPerBlock rows.
   const int rows_per_block = RowsPerBlock(shape->vectors, p.residual);
@@ -259,6 +268,7 @@ Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without) 
 const char* PathName(Path path) {
   switch (path) {
     case Path::kFewRows: return "few_rows";
+    case Path::kRowPerBlock: return "row_per_block";
     case Path::kRowsPerBlock: return "rows_per_block";
     case Path::kRowTeams: return "row_teams";
     case Path::kGridRows: return "grid_rows";

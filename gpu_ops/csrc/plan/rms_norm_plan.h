@@ -14,7 +14,9 @@
 // forward
 //   kFewRows      a block per row and a thread per 16-byte vector, when the
 //                 GPU holds every row's block at once (rms_norm_fast.cu);
-//   kRowsPerBlock rows a block holds: a block takes one or more
+//   kRowPerBlock  16-bit rows of more than 512 vectors: a row a block, two
+//                 blocks an SM;
+//   kRowsPerBlock the other rows a block holds: a block takes one or more
 //                 rows, each thread keeping all its loads of them in flight;
 //   kRowTeams     rows over a cluster of blocks (Hopper), or more rows than a
 //                 grid has blocks: teams streaming rows through shared memory;
@@ -152,6 +154,7 @@ struct Problem {
 
 enum class Path {
   kFewRows,
+  kRowPerBlock,
   kRowsPerBlock,
   kRowTeams,
   kGridRows,
