@@ -9,11 +9,12 @@ model of how many blocks it holds at once (``csrc/plan/described_gpu.h``).
 
 import dataclasses
 import math
+import numbers
 
 import jax
-import numpy as np
 
 from gpu_ops import _native, ffi_targets
+from gpu_ops.validation import check_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,12 +66,17 @@ def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None
     if gpu is None and not (ffi_targets.CUDA_COMPILED and jax.default_backend() == "gpu"):
         raise ValueError("gpu=None asks the current GPU, and there is none with gpu_ops' "
                          "CUDA kernels here: pass a GpuModel, such as kernel_plans.H100")
-    shape = tuple(shape)
+    if not (isinstance(shape, (tuple, list)) and all(
+            isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in shape)):
+        raise TypeError(f"shape must be a tuple or list of integers, got {shape!r}")
+    shape = tuple(int(n) for n in shape)
     if not shape or min(shape) < 1:
         raise ValueError(f"shape must be a non-empty shape without zeros, got {shape}")
     rows, row_length = math.prod(shape[:-1]), shape[-1]
-    dtype_name = np.dtype(dtype).name
-    if weight_dtype is not None and np.dtype(weight_dtype) != np.dtype(dtype):
+    dtype = check_dtype("dtype", dtype, "kernel_plan")
+    dtype_name = dtype.name
+    if (weight_dtype is not None
+            and check_dtype("weight_dtype", weight_dtype, "kernel_plan") != dtype):
         dtype_name = "mixed"  # the fast kernels take one dtype only
     return _native.plan(direction, rows, row_length, dtype_name, gpu, ",".join(without),
                         bool(residual))

@@ -10,18 +10,26 @@ import jax.numpy as jnp
 SUPPORTED_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 
 
-def _check_dtype(name, array, function):
-    if array.dtype not in SUPPORTED_DTYPES:
+def check_dtype(name, dtype, function):
+    """dtype (anything jnp.dtype takes) as a dtype, or TypeError unless it is
+    one the norm takes."""
+    try:
+        found = None if dtype is None else jnp.dtype(dtype)  # jnp.dtype(None) is float64
+    except (TypeError, ValueError):
+        found = None
+    if found not in SUPPORTED_DTYPES:
+        shown = repr(dtype) if found is None else found.name
         raise TypeError(
             f"{function}: {name} must be float16, bfloat16, float32 or float64, "
-            f"got {array.dtype}")
+            f"got {shown}")
+    return found
 
 
 def check_rms_norm_args(x, weight, eps, function):
     """Raise TypeError/ValueError for bad arguments of `function` (the
     public function called, which the message names); return eps as a float."""
-    _check_dtype("x", x, function)
-    _check_dtype("weight", weight, function)
+    check_dtype("x", x.dtype, function)
+    check_dtype("weight", weight.dtype, function)
     if weight.ndim == 0:
         raise ValueError(f"{function}: weight must have at least one dimension")
     if weight.size == 0:
@@ -78,14 +86,7 @@ def check_read_back_dtype(dtype, default):
     otherwise)."""
     if dtype is None:
         return jnp.dtype(default)
-    try:
-        found = jnp.dtype(dtype)
-    except (TypeError, ValueError):
-        found = None
-    if found not in SUPPORTED_DTYPES:
-        raise TypeError(f"rms_norm_through_fp8: dtype must be None, float16, bfloat16, "
-                        f"float32 or float64, got {dtype!r}")
-    return found
+    return check_dtype("dtype", dtype, "rms_norm_through_fp8")
 
 
 def check_float8_scale(scale, function):

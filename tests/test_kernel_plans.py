@@ -151,6 +151,16 @@ def test_bad_questions_get_clear_errors():
         kernel_plan("forward", (8, 1_024), jnp.float32, "H100")
     with pytest.raises(ValueError, match="shape"):
         kernel_plan("forward", (0, 1_024), jnp.float32, H100)
+    for shape in (1_024, (8, 1_024.0), (8, True), "8, 1024"):
+        with pytest.raises(TypeError, match="shape must be a tuple or list of integers"):
+            kernel_plan("forward", shape, jnp.float32, H100)
+    # The dtypes rms_norm takes, no others (a plan for int8 would be one no
+    # call could ask for).
+    for dtype in (jnp.int8, "float8_e4m3fn", None, "no such dtype"):
+        with pytest.raises(TypeError, match="kernel_plan: dtype must be float16"):
+            kernel_plan("forward", (8, 1_024), dtype, H100)
+    with pytest.raises(TypeError, match="kernel_plan: weight_dtype must be float16"):
+        kernel_plan("forward", (8, 1_024), jnp.float32, H100, weight_dtype=jnp.int32)
     if jax.default_backend() != "gpu":
         with pytest.raises(ValueError, match="GpuModel"):
             kernel_plan("forward", (8, 1_024), jnp.float32)
