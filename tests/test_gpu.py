@@ -18,6 +18,7 @@ import pytest
 
 import gpu_ops
 import reference
+import test_kernel_plans
 from gpu_ops import float8
 from gpu_ops.kernel_plans import H100, kernel_plan
 from reference import assert_close
@@ -175,11 +176,9 @@ def test_the_described_h100_plans_as_this_hopper_gpu_does():
     # the most rows the few-rows forward takes (the described H100's limit,
     # which test_kernel_plans checks), which the benchmark's small case
     # (512 x 4,096) comes close to
-    from test_kernel_plans import few_rows_limit
-
     for row_length, dtype in [(4_096, jnp.bfloat16), (1_024, jnp.bfloat16),
                               (1_024, jnp.float32)]:
-        limit = few_rows_limit(row_length, dtype, H100)
+        limit = test_kernel_plans.few_rows_limit(row_length, dtype, H100)
         for rows in (limit, limit + 1):
             here = kernel_plan("forward", (rows, row_length), dtype)["path"]
             assert (here == "few_rows") == (rows == limit), (rows, row_length, dtype)
@@ -225,7 +224,7 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
 # A100's backward, where no ring of row teams fits its shared memory.
 SHORT_LONG_ROWS = [((67, 4_104), jnp.float32), ((67, 6_916), jnp.float32),
                    ((7, 6_916), jnp.float32), ((67, 4_104), jnp.bfloat16)]
-ROW_PATHS = "few_rows,row_per_block,rows_per_block,row_teams"
+ROW_PATHS = ",".join(sorted(test_kernel_plans.ROW_PATHS))
 LONG_ROW_PATHS = {ROW_PATHS: {"grid_rows", "shared_row"},
                   ROW_PATHS + ",grid_rows,shared_row": {"split_rows"}}
 
