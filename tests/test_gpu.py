@@ -101,14 +101,17 @@ def test_more_than_two_to_the_31_elements():
 # 4,099 are not; 16-bit rows of 16,384 take a 1024-thread block each; rows
 # of 65,536 take a cluster; the seed's 32 x 262,144 fits the whole GPU at once
 # (the grid kernels), as do 3 rows of 131,080, whose last chunk is cut short
-# and whose forward on Hopper holds a row in a cluster's shared memory;
-# float32 rows of 262,144 are split over many blocks; and rows the fast
+# (their forward, on Hopper, takes a cluster of 16 blocks a row); the
+# forward of 67 such rows holds a row in a cluster's shared memory; 67
+# float32 rows of 262,144 take clusters of 16 on Hopper; rows of 300,000 are
+# split over many blocks; and rows the fast
 # kernels do not cover (not whole 16-byte vectors, float64) take the general
 # ones (rms_norm_general.cu).
 PATH_CASES = [((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
               ((1_001, 16_384), jnp.bfloat16), ((67, 65_536), jnp.bfloat16),
               ((32, 262_144), jnp.bfloat16), ((3, 131_080), jnp.bfloat16),
               ((67, 131_080), jnp.bfloat16), ((67, 262_144), jnp.float32),
+              ((17, 300_000), jnp.float32),
               ((67, 6), jnp.float32), ((67, 1_024), jnp.float64)]
 WITHOUT_CLUSTERS = "GPU_OPS_PLAN_WITHOUT_CLUSTERS"
 WITHOUT_PATHS = "GPU_OPS_PLAN_WITHOUT"
@@ -154,6 +157,7 @@ def test_the_path_cases_take_every_path():
     clusters = {kernel_plan(direction, shape, dtype)["cluster"]
                 for shape, dtype in PATH_CASES for direction in ("forward", "backward")}
     assert (max(clusters) > 1) == clusters_planned()
+    assert (16 in clusters) == clusters_planned()  # the forward of a few long rows
 
 
 @pytest.mark.skipif(os.environ.get(WITHOUT_CLUSTERS) == "1" or WITHOUT_PATHS in os.environ,
@@ -287,8 +291,9 @@ def test_grid_kernels(shape, dtype):
 # XLA records a run of at least 5 commands (its default minimum) into a
 # command buffer, a CUDA graph, if every command may be recorded.
 CALLS_FOR_A_GRAPH = 6
-# float32 (rows, row length) that take a block per row, split rows, and the
-# grid forward and backward (cooperative launches).
+# float32 (rows, row length) that take a block per row, clusters of 16 blocks
+# (the forward, on Hopper) and split rows (the backward), and the grid
+# forward and backward (cooperative launches).
 GRAPH_SHAPES = [(37, 4_096), (37, 262_144), (16, 262_144)]
 
 

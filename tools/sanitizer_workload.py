@@ -14,7 +14,7 @@ import gpu_ops
 # vectors (the seed's kernels); few rows; more rows than the GPU holds
 # blocks of one row for (blocks of several rows, and backward teams that
 # loop through their ring); 16-bit rows taking a 1024-thread block each;
-# rows over a cluster of blocks; the grid kernels with a last group of rows
+# rows over a cluster of blocks, of 16 for a few long rows; the grid kernels with a last group of rows
 # and a last block of columns left part empty; a row a cluster holds in
 # shared memory; and rows split over many blocks, their last chunk cut short.
 CASES = [
@@ -32,9 +32,10 @@ CASES = [
     ((67, 65536), jnp.bfloat16, jnp.bfloat16),
     ((5, 262144), jnp.bfloat16, jnp.bfloat16),
     ((7, 1_000_000), jnp.float16, jnp.float16),
-    ((3, 131080), jnp.bfloat16, jnp.bfloat16),
+    ((5, 131080), jnp.bfloat16, jnp.bfloat16),
     ((3, 131080), jnp.float32, jnp.float32),
     ((17, 131080), jnp.float32, jnp.float32),
+    ((17, 300_000), jnp.float32, jnp.float32),
     ((40, 262144), jnp.bfloat16, jnp.bfloat16),
 ]
 

@@ -101,7 +101,7 @@ struct TeamSumSlots {
   // Cluster teams: every block's sum, sent by each block to every block of
   // the cluster (blocks[half][sender]), and a barrier per half that
   // completes when all of them have landed.
-  float blocks[2][kMaxCluster];
+  float blocks[2][kMaxRowCluster];
   uint64_t landed[2];
 };
 
@@ -478,6 +478,19 @@ bool AllowSharedMemory(Kernel kernel, int shared_bytes) {
   return true;
 }
 
+// Allows launches of `kernel` in clusters of `cluster` blocks: beyond
+// Hopper's portable 8, a kernel must ask. False if the GPU refuses.
+template <typename Kernel>
+bool AllowCluster(Kernel kernel, int cluster) {
+  if (cluster <= kMaxCluster) return true;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                           1) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
 // How many blocks (or clusters of blocks) of `shape`, with `shared_bytes` of
 // shared memory each, the GPU runs at once; 0 if it cannot run even one.
 template <typename Kernel>
@@ -488,7 +501,10 @@ int64_t ResidentGroups(Kernel kernel, const Shape& shape, int shared_bytes) {
                                    shape.cluster, shared_bytes);
   return Cached(key, [&]() -> int64_t {
     int groups = 0;
-    if (!AllowSharedMemory(kernel, shared_bytes)) return 0;
+    if (!AllowSharedMemory(kernel, shared_bytes) ||
+        !AllowCluster(kernel, shape.cluster)) {
+      return 0;
+    }
     if (shape.cluster == 1) {
       int sms = 0;
       if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
@@ -523,6 +539,10 @@ ffi::Error Launch(cudaStream_t stream, Kernel kernel, const Shape& shape,
   if (!AllowSharedMemory(kernel, shared_bytes)) {
     return ffi::Error::Internal(std::string("gpu_ops rms_norm: ") + what +
                                 ": the GPU has too little shared memory");
+  }
+  if (!AllowCluster(kernel, shape.cluster)) {
+    return ffi::Error::Internal(std::string("gpu_ops rms_norm: ") + what +
+                                ": the GPU refuses clusters of this size");
   }
   cudaLaunchAttribute cluster_dims[1];
   const cudaLaunchConfig_t config =

@@ -5,7 +5,7 @@
 // the seed tutorial's they follow:
 // - every load and store moves 16 bytes (8 bfloat16/float16 or 4 float32);
 // - a row is spread over a "row team" of threads (part of a block for short
-//   rows, a whole block, or a cluster of up to 8 blocks sharing their sums
+//   rows, a whole block, or a cluster of up to 16 blocks sharing their sums
 //   through distributed shared memory on Hopper for long rows), and each
 //   thread keeps its part of the row on chip, so x is read from memory once
 //   (rows too long for that: rms_norm_shared_rows.cu, rms_norm_split_rows.cu);

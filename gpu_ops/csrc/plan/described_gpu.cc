@@ -22,7 +22,7 @@ int RegisterCap(Kernel kernel) {
 int64_t DescribedGpu::Resident(Kernel kernel, DType /*dtype*/, const Shape& shape,
                                int shared_bytes) const {
   const int threads = shape.team * shape.teams;
-  if (threads < 1 || threads > kMaxThreads || shape.cluster > kMaxCluster ||
+  if (threads < 1 || threads > kMaxThreads || shape.cluster > kMaxRowCluster ||
       shared_bytes > n_.shared_bytes_per_block ||
       (shape.cluster > 1 && !n_.clusters)) {
     return 0;
@@ -30,6 +30,10 @@ int64_t DescribedGpu::Resident(Kernel kernel, DType /*dtype*/, const Shape& shap
   int per_sm = std::min(n_.blocks_per_sm, n_.threads_per_sm / threads);
   per_sm = std::min(per_sm, n_.registers_per_sm / (threads * RegisterCap(kernel)));
   if (shared_bytes > 0) per_sm = std::min(per_sm, n_.shared_bytes_per_sm / shared_bytes);
+  // A GPU places a cluster's blocks within one group of SMs (a GPC), which
+  // this model does not know: it may count more clusters than run at once
+  // (8 of 16 blocks on an H100, which runs 7), a difference in the number
+  // of clusters a plan launches, not in its path.
   return int64_t{per_sm} * n_.sms / shape.cluster;
 }
 

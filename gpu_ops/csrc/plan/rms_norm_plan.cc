@@ -70,10 +70,12 @@ std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device,
   return plan;
 }
 
+// wide: clusters of up to kMaxRowCluster blocks, else of up to kMaxCluster.
 std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
-                                    PathSet without) {
+                                    PathSet without, bool wide) {
   const std::optional<Shape> shape = RowTeamShape(
-      RowVectors(p), kMaxForwardValues / VectorValues(p), MaxCluster(device));
+      RowVectors(p), kMaxForwardValues / VectorValues(p),
+      wide && device.Clusters() ? kMaxRowCluster : MaxCluster(device));
   if (!shape) return std::nullopt;
   Plan plan;
   plan.shape = *shape;
@@ -229,13 +231,19 @@ int GridBackwardSharedBytes(int rows_per_thread, DType dtype) {
 Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without) {
   if (!Fast(p)) return Plan{};
   if (auto plan = FewRows(p, device, without)) return *plan;
-  if (auto plan = RowTeamsForward(p, device, without)) return *plan;
+  if (auto plan = RowTeamsForward(p, device, without,
+                                  /*wide=*/p.rows <= kWideClusterRows)) {
+    return *plan;
+  }
   if (p.residual) return Plan{};  // the general residual kernel takes the rest
   if (auto plan = GridRows(p, device, Kernel::kGridForward, kMaxGridForwardRows,
                            GridForwardSharedBytes, p.chunk_sums, without)) {
     return *plan;
   }
   if (auto plan = SharedRow(p, device, without)) return *plan;
+  // Rows that neither the grid kernels nor a cluster's shared memory hold:
+  // clusters of 16 read x once, split rows twice.
+  if (auto plan = RowTeamsForward(p, device, without, /*wide=*/true)) return *plan;
   if (auto plan = SplitRows(p, kSplitForwardValues, without)) return *plan;
   return Plan{};
 }

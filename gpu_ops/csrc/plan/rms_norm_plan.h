@@ -18,12 +18,14 @@
 //                 blocks an SM;
 //   kRowsPerBlock the other rows a block holds: a block takes one or more
 //                 rows, each thread keeping all its loads of them in flight;
-//   kRowTeams     rows over a cluster of blocks (Hopper), or more rows than a
-//                 grid has blocks: teams streaming rows through shared memory;
+//   kRowTeams     rows over a cluster of up to 8 blocks (Hopper; of 16 for
+//                 up to kWideClusterRows rows), or more rows than a grid
+//                 has blocks: teams streaming rows through shared memory;
 //   kGridRows     rows too long for a cluster, when the whole GPU holds x at
 //                 once: one cooperative kernel (rms_norm_grid_rows.cu);
 //   kSharedRow    the rest of the rows a cluster holds in shared memory
 //                 (Hopper; rms_norm_shared_rows.cu);
+//   kRowTeams     again, in clusters of 16, for the rest of the rows they hold;
 //   kSplitRows    the rest: each row over many blocks, in two passes
 //                 (rms_norm_split_rows.cu);
 //   kGeneral      what the fast kernels do not take (other dtypes, rows not
@@ -46,6 +48,15 @@ constexpr int kWarpSize = 32;
 constexpr int kMaxThreads = 1024;                       // threads in a block
 constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;   // blocks in gridDim.x
 constexpr int kMaxCluster = 8;  // Hopper's portable cluster limit
+// The forward's row teams of rows too long for 8 blocks take clusters of up
+// to Hopper's non-portable limit, which a kernel must ask for
+// (cudaFuncAttributeNonPortableClusterSizeAllowed): where there are at most
+// kWideClusterRows rows, a cluster each, in one wave (an H100 runs 7
+// clusters of 16 at once; from 8 rows on, the grid-rows and shared-row
+// paths, which keep every SM busy, were as fast or faster), and for rows
+// that those paths do not take, which split rows would read twice.
+constexpr int kMaxRowCluster = 16;
+constexpr int64_t kWideClusterRows = 4;
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
