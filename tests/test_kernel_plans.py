@@ -87,9 +87,11 @@ def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
                                            ("path", "cluster", "team", "teams", "vectors"))
     assert 1 <= plan["groups"] < 2**31
     assert plan["shared_bytes"] <= gpu.shared_bytes_per_block
-    # Clusters of 16 blocks only for the forward (rows too long for 8).
+    # Clusters of 16 blocks only for the forward of rows too long for 8 (of
+    # 1024 threads holding 16 values each).
     assert cluster == 1 or (gpu.clusters and cluster <= 8) or (
-        gpu.clusters and cluster == 16 and direction == "forward" and row_length > 131_072)
+        gpu.clusters and cluster == 16 and direction == "forward"
+        and row_length > 8 * 1024 * 16)
     assert team * teams <= 1024
     if path in ROW_PATHS:
         assert team % 32 == 0

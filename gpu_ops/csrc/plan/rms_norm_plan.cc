@@ -35,8 +35,9 @@ std::optional<Shape> RowTeamShape(int64_t row_vectors, int max_vectors,
   return std::nullopt;
 }
 
-int MaxCluster(const DeviceModel& device) {
-  return device.Clusters() ? kMaxCluster : 1;
+// The largest cluster up to `limit` that the device runs (1: none).
+int MaxCluster(const DeviceModel& device, int limit = kMaxCluster) {
+  return device.Clusters() ? limit : 1;
 }
 
 // Shared memory for the rings of `arrays` arrays (x; or dy and x).
@@ -75,7 +76,7 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
                                     PathSet without, bool wide) {
   const std::optional<Shape> shape = RowTeamShape(
       RowVectors(p), kMaxForwardValues / VectorValues(p),
-      wide && device.Clusters() ? kMaxRowCluster : MaxCluster(device));
+      MaxCluster(device, wide ? kMaxRowCluster : kMaxCluster));
   if (!shape) return std::nullopt;
   Plan plan;
   plan.shape = *shape;
