@@ -10,7 +10,7 @@ the pieces the book builds chapter by chapter:
 - ``ffi_targets``: the native handlers registered with XLA, per platform;
 - ``primitives``: the JAX primitives and their abstract evaluation;
 - ``lowering``: lowering the primitives to XLA FFI custom calls;
-- ``autodiff``: the custom VJP;
+- ``autodiff``: forward and reverse mode, from one JVP rule;
 - ``hijax_route``: the same operation as one ``jax.experimental.hijax`` class;
 - ``higher_order``: derivatives of the gradient (JVP rules in jnp);
 - ``batching``: the vmap rules;

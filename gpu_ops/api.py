@@ -5,7 +5,7 @@ import jax.numpy as jnp
 # Importing these registers the FFI targets, lowerings, vmap rules and
 # partitioning rules of the primitives.
 from gpu_ops import batching, hijax_route, lowering, sharding  # noqa: F401
-from gpu_ops.autodiff import rms_norm_residual_vjp, rms_norm_vjp
+from gpu_ops import autodiff
 from gpu_ops.sharding import over_explicit_axes, vary_alike
 from gpu_ops.validation import (check_implementation, check_pallas_gpus, check_residual,
                                 check_rms_norm_args)
@@ -13,12 +13,12 @@ from gpu_ops.validation import (check_implementation, check_pallas_gpus, check_r
 
 def _with_pallas_kernels(x, weight, eps):
     check_pallas_gpus()
-    return rms_norm_vjp(x, weight, eps, "pallas")
+    return autodiff.rms_norm(x, weight, eps, "pallas")
 
 
 def _residual_with_pallas_kernels(x, weight, residual, eps):
     check_pallas_gpus()
-    return rms_norm_residual_vjp(x, weight, residual, eps, "pallas")
+    return autodiff.rms_norm_residual(x, weight, residual, eps, "pallas")
 
 
 def _residual_before_hijax(x, weight, residual, eps):
@@ -28,7 +28,7 @@ def _residual_before_hijax(x, weight, residual, eps):
 
 #: The ways the operation is defined, by name (chapter 9 compares them).
 IMPLEMENTATIONS = {
-    "primitives": rms_norm_vjp,  # explicit primitives with their rules
+    "primitives": autodiff.rms_norm,  # explicit primitives with their rules
     "hijax": hijax_route.rms_norm,  # one jax.experimental.hijax class
     "pallas": _with_pallas_kernels,  # the primitives, lowered to Pallas kernels
 }
@@ -36,7 +36,7 @@ IMPLEMENTATIONS = {
 #: the Pallas kernels normalise the sum XLA adds up, and the HiJAX class
 #: takes it as its x.
 WITH_RESIDUAL = {
-    "primitives": rms_norm_residual_vjp,
+    "primitives": autodiff.rms_norm_residual,
     "hijax": _residual_before_hijax,
     "pallas": _residual_with_pallas_kernels,
 }
@@ -64,12 +64,15 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, implementation="primitives")
         or "hijax" (one ``jax.experimental.hijax`` class), which call the
         same C++ and CUDA kernels; or "pallas", the explicit primitives with
         kernels written in Pallas (Mosaic GPU on NVIDIA GPUs of sm_90 or
-        newer, Pallas' interpret mode on CPUs).
+        newer, Pallas' interpret mode on CPUs). A Pallas kernel's grid is
+        its number of rows, so "pallas" needs concrete shapes: exporting it
+        with a symbolic dimension of x raises NotImplementedError.
 
     Returns:
       An array of ``x``'s shape and ``weight``'s dtype (with a residual, that
       and ``x + residual``, of x's shape and dtype). Works under ``jit``,
-      ``grad``, ``vmap``, with inputs sharded over automatic or explicit mesh
+      ``grad`` and forward mode (``jvp``, ``jacfwd``, ``linearize``),
+      ``vmap``, with inputs sharded over automatic or explicit mesh
       axes, and inside ``shard_map``; the CUDA kernels run on NVIDIA GPUs and
       a C++ implementation on CPUs.
     """

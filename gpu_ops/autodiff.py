@@ -1,184 +1,209 @@
-"""Reverse-mode differentiation of RMS norm with ``jax.custom_vjp``.
+"""Differentiation of RMS norm, forward and reverse, from one JVP rule.
 
-The forward keeps ``inv_rms`` (one number per row) as a residual so the
-backward need not recompute it; ``eps`` is a static, non-differentiable
-argument, and so is ``kernels``, the kernels the primitives lower to.
+``jax.custom_vjp`` would give reverse mode only: JAX cannot run a VJP
+forwards, so ``jax.jvp``, ``jax.jacfwd`` and ``jax.linearize`` would fail.
+Instead each function here has a ``jax.custom_jvp`` rule: the forward kernel
+gives y and ``inv_rms`` (one number per row), and y's tangent comes from
+``rms_norm_tangent_p``, a primitive linear in the tangents of x and the
+weight. Forward mode evaluates that primitive (its lowering is the tangent's
+maths in jnp). Reverse mode linearises the rule and transposes the linear
+part, and the primitive's transpose is the backward kernel: ``grad`` still
+runs the forward kernel, keeps ``inv_rms``, x and the weight, and runs the
+backward kernel, as a custom VJP would. ``eps`` and ``kernels`` (the kernels
+the primitives lower to) are static, non-differentiable arguments.
 
 With a residual add, ``(y, total) = (norm(x + residual) * weight, x +
-residual)``: the gradient reaching ``total`` is the norm's gradient plus the
-one that flows in along the residual stream (``total``'s own cotangent), and
-x and the residual both receive it, since each enters ``total`` once.
+residual)``: total's tangent is dx + dresidual, the norm's input tangent,
+so that in reverse mode x and the residual both receive total's gradient
+plus the norm's.
 
-Quantised to float8 (``rms_norm_through_fp8_vjp``), y's gradient passes
-straight through the quantisation: the gradient of the dequantised y is
-taken as that of y itself, the convention of float8 training (rounding has
-no useful derivative). With a given scale, neither the scale nor y's largest
-magnitude, which the forward also returns, has a gradient. These read y back
-in float32, where values times scales are exact and XLA can still fold the
-read-back into a float8 matmul; the caller casts it to the dtype it wants,
-and the backward takes y's gradient in the weight's dtype, as the norm's
-own backward does.
+Quantised to float8 (``through_fp8`` and its variants), y's tangent passes
+straight through the quantisation: the dequantised y has y's tangent, the
+convention of float8 training (rounding has no useful derivative), read
+back in float32 as y is. With a given scale, neither the scale nor y's
+largest magnitude, which the forward also returns, has a derivative.
 
-With a float8 input (``rms_norm_through_fp8_input_vjp``), x is quantised
-before the norm and its gradient passes straight through that quantisation
-the same way: dx is the gradient at the dequantised x. The forward keeps
-the float8 values and their scales for the backward, not x.
+With a float8 input (``through_fp8_input``), x is quantised before the
+norm, and the tangent passes straight through that quantisation the same
+way: ``rms_norm_from_fp8_tangent_p``, whose transpose is the backward kernel
+of a float8 input, which reads the float8 values and their scales, not x.
 """
 
 from functools import partial
 
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad
 
 from gpu_ops import float8, higher_order
 from gpu_ops.primitives import (rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
-                                rms_norm_from_fp8_bwd_p, rms_norm_through_fp8_input_fwd_p)
+                                rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_tangent_p,
+                                rms_norm_tangent_p, rms_norm_through_fp8_input_fwd_p)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def rms_norm_vjp(x, weight, eps, kernels="ffi"):
-    y, _ = higher_order.forward(x, weight, eps, kernels)
-    return y
+def tangent(x, weight, inv_rms, dx, dweight, eps, kernels="ffi"):
+    """y's tangent, for the tangents dx and dweight of x and the weight."""
+    return rms_norm_tangent_p.bind(x, weight, inv_rms, dx, dweight, eps=eps,
+                                   kernels=kernels)[0]
 
 
-def _forward(x, weight, eps, kernels):
-    y, inv_rms = higher_order.forward(x, weight, eps, kernels)
-    return y, (inv_rms, x, weight)
+def _input_tangent(tangents):
+    """The tangent of the norm's input: dx, or dx + dresidual."""
+    dx, _, *dresidual = tangents
+    return dx + dresidual[0] if dresidual else dx
 
 
-def _backward(eps, kernels, residuals, dy):
-    inv_rms, x, weight = residuals
-    dx, dweight = higher_order.backward(dy, inv_rms, x, weight, eps, kernels)
-    return dx, dweight
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def rms_norm(x, weight, eps, kernels="ffi"):
+    return higher_order.forward(x, weight, eps, kernels)[0]
 
 
-rms_norm_vjp.defvjp(_forward, _backward)
+@rms_norm.defjvp
+def _rms_norm_jvp(eps, kernels, primals, tangents):
+    y, inv_rms = higher_order.forward(*primals, eps, kernels)
+    return y, tangent(*primals, inv_rms, *tangents, eps, kernels)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def rms_norm_residual_vjp(x, weight, residual, eps, kernels="ffi"):
+@partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def rms_norm_residual(x, weight, residual, eps, kernels="ffi"):
     y, _, total = higher_order.residual_forward(x, weight, residual, eps, kernels)
     return y, total
 
 
-def _residual_forward(x, weight, residual, eps, kernels):
-    y, inv_rms, total = higher_order.residual_forward(x, weight, residual, eps, kernels)
-    return (y, total), (inv_rms, total, weight)
+@rms_norm_residual.defjvp
+def _rms_norm_residual_jvp(eps, kernels, primals, tangents):
+    y, inv_rms, total = higher_order.residual_forward(*primals, eps, kernels)
+    dtotal = _input_tangent(tangents)
+    dy = tangent(total, primals[1], inv_rms, dtotal, tangents[1], eps, kernels)
+    return (y, total), (dy, dtotal)
 
 
-def _residual_backward(eps, kernels, saved, cotangents):
-    """(dx, dweight, dresidual) from the forward's saved (inv_rms, total,
-    weight) and the cotangents of y and of total."""
-    inv_rms, total, weight = saved
-    dy, dtotal_stream = cotangents
-    dtotal, dweight = higher_order.backward(dy, inv_rms, total, weight, eps, kernels)
-    dtotal = dtotal + dtotal_stream
-    return dtotal, dweight, dtotal
+def _read_back_tangent(normalised, weight, inv_rms, tangents, eps):
+    """The tangent of y read back from float8, in float32: y's own."""
+    dy = tangent(normalised, weight, inv_rms, _input_tangent(tangents), tangents[1], eps)
+    return dy.astype(jnp.float32)
 
 
-rms_norm_residual_vjp.defvjp(_residual_forward, _residual_backward)
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def through_fp8(x, weight, eps):
+    values, _, scales = rms_norm_fp8_fwd_p.bind(x, weight, eps=eps)
+    return float8.dequantize(values, scales)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(2,))
-def rms_norm_through_fp8_vjp(x, weight, eps):
-    return _through_fp8_forward(x, weight, eps)[0]
-
-
-def _through_fp8_forward(x, weight, eps):
+@through_fp8.defjvp
+def _through_fp8_jvp(eps, primals, tangents):
+    x, weight = primals
     values, inv_rms, scales = rms_norm_fp8_fwd_p.bind(x, weight, eps=eps)
-    return float8.dequantize(values, scales), (inv_rms, x, weight)
+    return (float8.dequantize(values, scales),
+            _read_back_tangent(x, weight, inv_rms, tangents, eps))
 
 
-def _through_fp8_backward(eps, saved, dy):
-    inv_rms, x, weight = saved
-    return higher_order.backward(dy.astype(weight.dtype), inv_rms, x, weight, eps, "ffi")
+@partial(jax.custom_jvp, nondiff_argnums=(3,))
+def residual_through_fp8(x, weight, residual, eps):
+    values, _, scales, total = rms_norm_fp8_fwd_p.bind(x, weight, residual, eps=eps)
+    return float8.dequantize(values, scales), total
 
 
-rms_norm_through_fp8_vjp.defvjp(_through_fp8_forward, _through_fp8_backward)
+@residual_through_fp8.defjvp
+def _residual_through_fp8_jvp(eps, primals, tangents):
+    values, inv_rms, scales, total = rms_norm_fp8_fwd_p.bind(*primals, eps=eps)
+    dy = _read_back_tangent(total, primals[1], inv_rms, tangents, eps)
+    return (float8.dequantize(values, scales), total), (dy, _input_tangent(tangents))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3,))
-def rms_norm_residual_through_fp8_vjp(x, weight, residual, eps):
-    return _residual_through_fp8_forward(x, weight, residual, eps)[0]
+def _scaled(operands, column, eps):
+    """(y read back, groups' largest |y|, [total]) and inv_rms, from the
+    forward with a given scale (a column, (*rows, 1))."""
+    values, inv_rms, largest, *total = rms_norm_fp8_scaled_fwd_p.bind(
+        *operands, column[..., 0], eps=eps)
+    return (float8.dequantize_with(values, column), largest, *total), inv_rms
 
 
-def _residual_through_fp8_forward(x, weight, residual, eps):
-    values, inv_rms, scales, total = rms_norm_fp8_fwd_p.bind(x, weight, residual, eps=eps)
-    return (float8.dequantize(values, scales), total), (inv_rms, total, weight)
+@partial(jax.custom_jvp, nondiff_argnums=(3,))
+def scaled_through_fp8(x, weight, column, eps):
+    return _scaled((x, weight), column, eps)[0]
 
 
-def _residual_through_fp8_backward(eps, saved, cotangents):
-    weight = saved[-1]  # (inv_rms, total, weight)
-    dy, dtotal = cotangents
-    return _residual_backward(eps, "ffi", saved, (dy.astype(weight.dtype), dtotal))
+@scaled_through_fp8.defjvp
+def _scaled_through_fp8_jvp(eps, primals, tangents):
+    x, weight, column = primals
+    (y, largest), inv_rms = _scaled((x, weight), column, eps)
+    dy = _read_back_tangent(x, weight, inv_rms, tangents[:2], eps)
+    return (y, largest), (dy, jnp.zeros_like(largest))
 
 
-rms_norm_residual_through_fp8_vjp.defvjp(_residual_through_fp8_forward,
-                                         _residual_through_fp8_backward)
+@partial(jax.custom_jvp, nondiff_argnums=(4,))
+def residual_scaled_through_fp8(x, weight, residual, column, eps):
+    return _scaled((x, weight, residual), column, eps)[0]
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3,))
-def rms_norm_scaled_through_fp8_vjp(x, weight, column, eps):
-    return _scaled_through_fp8_forward(x, weight, column, eps)[0]
+@residual_scaled_through_fp8.defjvp
+def _residual_scaled_through_fp8_jvp(eps, primals, tangents):
+    *operands, column = primals
+    (y, largest, total), inv_rms = _scaled(operands, column, eps)
+    dy = _read_back_tangent(total, operands[1], inv_rms, tangents[:3], eps)
+    return (y, largest, total), (dy, jnp.zeros_like(largest), _input_tangent(tangents[:3]))
 
 
-def _scaled_through_fp8_forward(x, weight, column, eps):
-    values, inv_rms, largest = rms_norm_fp8_scaled_fwd_p.bind(x, weight, column[..., 0], eps=eps)
-    y = float8.dequantize_with(values, column)
-    return (y, largest), (inv_rms, x, weight, column)
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def through_fp8_input(x32, weight, eps):
+    """The norm of float32 x32 quantised to float8 in groups; its tangent in
+    the weight's dtype (the caller's cast of x to float32 carries x's)."""
+    return rms_norm_through_fp8_input_fwd_p.bind(x32, weight, eps=eps)[0]
 
 
-def _scaled_through_fp8_backward(eps, saved, cotangents):
-    inv_rms, x, weight, column = saved
-    dy, _ = cotangents  # y's largest magnitudes have no gradient
-    dx, dweight = higher_order.backward(dy.astype(weight.dtype), inv_rms, x, weight, eps, "ffi")
-    return dx, dweight, jnp.zeros_like(column)
+@through_fp8_input.defjvp
+def _through_fp8_input_jvp(eps, primals, tangents):
+    y, inv_rms, values, scales = rms_norm_through_fp8_input_fwd_p.bind(*primals, eps=eps)
+    dx32, dweight = tangents
+    dy = rms_norm_from_fp8_tangent_p.bind(values, primals[1], scales, inv_rms, dx32, dweight,
+                                          eps=eps)[0]
+    return y, dy
 
 
-rms_norm_scaled_through_fp8_vjp.defvjp(_scaled_through_fp8_forward,
-                                       _scaled_through_fp8_backward)
+# The tangent primitives are linear in their last two operands (the
+# tangents of x and the weight). Their transposes are the backward kernels;
+# the cotangents of x's and the weight's tangents come out in their dtypes.
+
+def _linear_operands(*operands):
+    """Which operands a transpose rule is asked for: the undefined ones."""
+    return [ad.is_undefined_primal(a) for a in operands]
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(4,))
-def rms_norm_residual_scaled_through_fp8_vjp(x, weight, residual, column, eps):
-    return _residual_scaled_through_fp8_forward(x, weight, residual, column, eps)[0]
+def _tangent_transpose(cotangents, x, weight, inv_rms, dx, dweight, *, eps, kernels):
+    assert _linear_operands(x, weight, inv_rms) == [False] * 3
+    dy = ad.instantiate_zeros(cotangents[0])
+    ct_x, ct_weight = higher_order.backward(dy, inv_rms, x, weight, eps, kernels)
+    wanted = _linear_operands(dx, dweight)
+    return (None, None, None, ct_x if wanted[0] else None, ct_weight if wanted[1] else None)
 
 
-def _residual_scaled_through_fp8_forward(x, weight, residual, column, eps):
-    values, inv_rms, largest, total = rms_norm_fp8_scaled_fwd_p.bind(
-        x, weight, residual, column[..., 0], eps=eps)
-    y = float8.dequantize_with(values, column)
-    return (y, largest, total), (inv_rms, total, weight, column)
+def _from_fp8_tangent_transpose(cotangents, values, weight, scales, inv_rms, dx32, dweight,
+                                *, eps):
+    assert _linear_operands(values, weight, scales, inv_rms) == [False] * 4
+    dy = ad.instantiate_zeros(cotangents[0])
+    ct_x, ct_weight = rms_norm_from_fp8_bwd_p.bind(dy, inv_rms, values, weight, scales, eps=eps)
+    wanted = _linear_operands(dx32, dweight)
+    return (None, None, None, None, ct_x.astype(jnp.float32) if wanted[0] else None,
+            ct_weight if wanted[1] else None)
 
 
-def _residual_scaled_through_fp8_backward(eps, saved, cotangents):
-    inv_rms, total, weight, column = saved
-    dy, _, dtotal = cotangents
-    dx, dweight, dresidual = _residual_backward(eps, "ffi", (inv_rms, total, weight),
-                                                (dy.astype(weight.dtype), dtotal))
-    return dx, dweight, dresidual, jnp.zeros_like(column)
+ad.primitive_transposes[rms_norm_tangent_p] = _tangent_transpose
+ad.primitive_transposes[rms_norm_from_fp8_tangent_p] = _from_fp8_tangent_transpose
 
 
-rms_norm_residual_scaled_through_fp8_vjp.defvjp(_residual_scaled_through_fp8_forward,
-                                                _residual_scaled_through_fp8_backward)
+def _tangent_jvp(primitive, in_jnp):
+    """The JVP rule of a tangent primitive (for derivatives of derivatives:
+    ``jacfwd`` of ``jacfwd``, ``jacrev`` of ``jacfwd``): its value from the
+    primitive, its tangent from the same maths in jnp."""
+    def jvp(primals, tangents, **params):
+        tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
+        _, out_tangent = jax.jvp(in_jnp, tuple(primals), tangents)
+        return primitive.bind(*primals, **params), [out_tangent]
+    return jvp
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(2,))
-def rms_norm_through_fp8_input_vjp(x32, weight, eps):
-    """The norm of float32 x32 quantised to float8 in groups; dx in float32
-    (the caller's cast to x's dtype transposes to the cast back)."""
-    return _through_fp8_input_forward(x32, weight, eps)[0]
-
-
-def _through_fp8_input_forward(x32, weight, eps):
-    y, inv_rms, values, scales = rms_norm_through_fp8_input_fwd_p.bind(x32, weight, eps=eps)
-    return y, (inv_rms, values, weight, scales)
-
-
-def _through_fp8_input_backward(eps, saved, dy):
-    inv_rms, values, weight, scales = saved
-    dx, dweight = rms_norm_from_fp8_bwd_p.bind(dy, inv_rms, values, weight, scales, eps=eps)
-    return dx.astype(jnp.float32), dweight
-
-
-rms_norm_through_fp8_input_vjp.defvjp(_through_fp8_input_forward, _through_fp8_input_backward)
+ad.primitive_jvps[rms_norm_tangent_p] = _tangent_jvp(
+    rms_norm_tangent_p, higher_order.tangent_in_jnp)
+ad.primitive_jvps[rms_norm_from_fp8_tangent_p] = _tangent_jvp(
+    rms_norm_from_fp8_tangent_p, higher_order.from_fp8_tangent_in_jnp)

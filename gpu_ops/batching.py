@@ -9,6 +9,9 @@ cases cannot be folded into rows:
   example (``lax.map``);
 - the backward: the weight gradient must stay per example, while folding the
   batch into rows would sum it over the batch. It also runs once per example.
+
+The tangent primitives of forward mode fold a batch into rows as the forward
+does, unless the weight or its tangent is batched.
 """
 
 import functools
@@ -18,7 +21,8 @@ import jax.numpy as jnp
 from jax.interpreters import batching
 
 from gpu_ops.primitives import (rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
-                                rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_fwd_p, rms_norm_fwd_p,
+                                rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_fwd_p,
+                                rms_norm_from_fp8_tangent_p, rms_norm_fwd_p, rms_norm_tangent_p,
                                 rms_norm_through_fp8_input_fwd_p)
 
 
@@ -59,15 +63,16 @@ def _at_front(array, dim, size):
     return jnp.moveaxis(array, dim, 0)
 
 
-def _forward_batching(primitive):
+def _forward_batching(primitive, weight_like=(1,)):
     """The vmap rule of a forward primitive of (x, weight, *rest): every operand
-    but the weight (a residual, a scale per row or per group) has x's leading
-    axes."""
+    but those in `weight_like` (the weight; for a tangent primitive its tangent
+    too) has x's leading axes (a residual, a scale per row or per group,
+    inv_rms, x's tangent)."""
     def rule(args, dims, **params):
-        if dims[1] is not None:  # the weight
+        if any(dims[i] is not None for i in weight_like):
             return _once_per_example(primitive, args, dims, **params)
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        moved = [a if i == 1 else _at_front(a, d, size)
+        moved = [a if i in weight_like else _at_front(a, d, size)
                  for i, (a, d) in enumerate(zip(args, dims))]
         outputs = primitive.bind(*moved, **params)
         return outputs, [0] * len(outputs)
@@ -82,3 +87,7 @@ for _forward in (rms_norm_from_fp8_fwd_p, rms_norm_through_fp8_input_fwd_p):
     batching.primitive_batchers[_forward] = _forward_batching(_forward)
 for _backward in (rms_norm_bwd_p, rms_norm_from_fp8_bwd_p):
     batching.primitive_batchers[_backward] = functools.partial(_once_per_example, _backward)
+batching.primitive_batchers[rms_norm_tangent_p] = _forward_batching(
+    rms_norm_tangent_p, weight_like=(1, 4))
+batching.primitive_batchers[rms_norm_from_fp8_tangent_p] = _forward_batching(
+    rms_norm_from_fp8_tangent_p, weight_like=(1, 5))

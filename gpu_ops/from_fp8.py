@@ -14,9 +14,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from gpu_ops import float8
+from gpu_ops import autodiff, float8
 from gpu_ops.api import IMPLEMENTATIONS, checked_operands, on_their_devices
-from gpu_ops.autodiff import rms_norm_through_fp8_input_vjp
 from gpu_ops.primitives import rms_norm_from_fp8_fwd_p
 from gpu_ops.validation import (check_float8_input, check_float8_input_weight,
                                  check_implementation)
@@ -46,7 +45,7 @@ def _straight_through(defined):
 FROM_FP8 = {"primitives": _from_primitive,
             **{name: _dequantising(IMPLEMENTATIONS[name]) for name in ("hijax", "pallas")}}
 THROUGH_FP8_INPUT = {
-    "primitives": rms_norm_through_fp8_input_vjp,
+    "primitives": autodiff.through_fp8_input,
     **{name: _straight_through(IMPLEMENTATIONS[name]) for name in ("hijax", "pallas")}}
 
 

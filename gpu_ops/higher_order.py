@@ -1,7 +1,7 @@
 """Second-order derivatives: the custom calls with JVP rules written in jnp.
 
-``rms_norm``'s gradient comes from the custom VJP (``autodiff.py``), whose
-backward is a custom call too. Differentiating the gradient (``jax.hessian``,
+``rms_norm``'s derivatives come from a JVP rule (``autodiff.py``) whose
+reverse mode runs the backward custom call. Differentiating the gradient (``jax.hessian``,
 grad of grad) needs the derivatives of both custom calls. :func:`forward`
 and :func:`backward` bind the primitives for their values and take their
 tangents from the same maths in jnp, where JAX can differentiate further;
@@ -14,6 +14,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
+from gpu_ops import float8
 from gpu_ops.primitives import inv_rms_dtype, rms_norm_bwd_p, rms_norm_fwd_p
 
 
@@ -53,6 +54,26 @@ def backward_in_jnp(dy, inv_rms, x, weight, eps):
     dx = inv * (dy32 * w32 - x32 * inv * inv * mean_dyw_x)
     dweight = jnp.sum(dy32 * x32 * inv, axis=tuple(range(x.ndim - weight.ndim)))
     return dx.astype(x.dtype), dweight.astype(weight.dtype)
+
+
+def tangent_in_jnp(x, weight, inv_rms, dx, dweight):
+    """y's tangent for the tangents dx and dweight, as the tangent primitive
+    computes it (linear in them): with r = inv_rms, y = weight * x * r and
+    dr = -r**3 * mean(x * dx), dy = weight * r * (dx - x * r**2 * mean(x *
+    dx)) + dweight * x * r."""
+    accumulator = inv_rms_dtype(x.dtype)
+    axes = _normalised_axes(x, weight)
+    x32, inv = x.astype(accumulator), _per_row(inv_rms, weight)
+    dx32 = dx.astype(accumulator)
+    mean_x_dx = jnp.mean(x32 * dx32, axis=axes, keepdims=True)
+    dy = (weight.astype(accumulator) * inv * (dx32 - x32 * inv * inv * mean_x_dx)
+          + dweight.astype(accumulator) * x32 * inv)
+    return dy.astype(weight.dtype)
+
+
+def from_fp8_tangent_in_jnp(values, weight, scales, inv_rms, dx, dweight):
+    """The same for x given as float8 values and their scales."""
+    return tangent_in_jnp(float8.dequantize(values, scales), weight, inv_rms, dx, dweight)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))

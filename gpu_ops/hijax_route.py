@@ -2,17 +2,19 @@
 
 ``jax.experimental.hijax`` (experimental) lets one class carry an
 operation's rules: its result type, how it expands into lower-level
-operations, its VJP and its batching rule. Here it expands into the forward
-primitive of ``primitives.py``, so that it reaches the same FFI handlers
-with their per-platform lowering and partitioning rules, and its VJP calls
-the same custom calls as ``autodiff.py``.
+operations, its JVP (forward mode), its VJP (reverse mode) and its batching
+rule. Here it expands into the forward primitive of ``primitives.py``, so
+that it reaches the same FFI handlers with their per-platform lowering and
+partitioning rules; its JVP takes y's tangent from the same tangent
+primitive as ``autodiff.py``, and its VJP calls the same backward.
 """
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import hijax
+from jax.interpreters import ad
 
-from gpu_ops import higher_order
+from gpu_ops import autodiff, higher_order
 
 
 class RmsNorm(hijax.HiPrim):
@@ -27,6 +29,14 @@ class RmsNorm(hijax.HiPrim):
 
     def expand(self, x, weight):
         return higher_order.forward(x, weight, self.eps)[0]
+
+    def jvp(self, primals, tangents):
+        y, inv_rms = higher_order.forward(*primals, self.eps)
+        dx, dweight = (ad.instantiate_zeros(t) for t in tangents)
+        return y, autodiff.tangent(*primals, inv_rms, dx, dweight, self.eps)
+
+    # jax.linearize: the JVP's tangent, evaluated later
+    lin, linearized = hijax.linearize_from_jvp
 
     def vjp_fwd(self, nonzero_tangents, x, weight):
         del nonzero_tangents

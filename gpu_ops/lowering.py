@@ -14,11 +14,12 @@ import jax
 from jax.core import ShapedArray
 from jax.interpreters import mlir
 
-from gpu_ops import ffi_targets, float8, pallas_kernels
+from gpu_ops import ffi_targets, float8, higher_order, pallas_kernels
 from gpu_ops.primitives import (rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
                                 rms_norm_fp8_scaled_fwd_shard_p,
                                 rms_norm_from_fp8_bwd_shard_p, rms_norm_from_fp8_fwd_shard_p,
-                                rms_norm_fwd_shard_p, rms_norm_through_fp8_input_fwd_shard_p)
+                                rms_norm_from_fp8_tangent_p, rms_norm_fwd_shard_p,
+                                rms_norm_tangent_p, rms_norm_through_fp8_input_fwd_shard_p)
 
 _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
 _residual_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FORWARD_TARGET)
@@ -166,3 +167,19 @@ def _quantised_from_fp8_forward(x, weight, *, eps):
 
 mlir.register_lowering(rms_norm_through_fp8_input_fwd_shard_p, _on_plain_types(
     mlir.lower_fun(_quantised_from_fp8_forward, multiple_results=True)))
+
+
+def _in_jnp(function):
+    """A lowering rule computing `function` of the operands with jnp, which XLA
+    fuses and partitions as it does any jnp code."""
+    def computed(*operands, **params):
+        del params
+        return [function(*operands)]
+    return mlir.lower_fun(computed, multiple_results=True)
+
+
+# Forward mode's tangents (autodiff.py): a few elementwise products and one
+# mean per row, which XLA fuses into one pass; reverse mode never runs them.
+mlir.register_lowering(rms_norm_tangent_p, _in_jnp(higher_order.tangent_in_jnp))
+mlir.register_lowering(rms_norm_from_fp8_tangent_p,
+                       _in_jnp(higher_order.from_fp8_tangent_in_jnp))

@@ -41,6 +41,12 @@ from gpu_ops.primitives import inv_rms_dtype, leading_shape
 _LANES = 128  # threads of a warpgroup: a chunk gives each the same number of values
 _HELD_CHUNKS = 8  # a row of at most this many chunks is read once
 _ROW_SHARES = 128  # blocks adding up each chunk of the weight gradient
+# A Mosaic GPU kernel reads its block index as the index along a named axis
+# (jax.lax.axis_index). Inside shard_map or custom_partitioning the mesh's
+# axes are named too, and a mesh axis of the same name wins: the kernel would
+# read the device's index instead, and every block would work on the same
+# row. The grid's names are this module's own, so that no mesh takes them.
+_GRID_NAMES = ("gpu_ops.pallas_kernels.grid0", "gpu_ops.pallas_kernels.grid1")
 
 
 def _chunk_length(row_length, dtype):
@@ -75,7 +81,7 @@ def _kernel(out_type, grid, on_cpu):
         if on_cpu:
             return pl.pallas_call(functools.partial(body, pl.program_id),
                                   out_shape=out_type, grid=grid, interpret=True)
-        names = ("a", "b")[:len(grid)]
+        names = _GRID_NAMES[:len(grid)]
         return plgpu.kernel(
             functools.partial(body, lambda i: jax.lax.axis_index(names[i])),
             out_type=out_type, grid=grid, grid_names=names)

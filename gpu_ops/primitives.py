@@ -121,6 +121,18 @@ def _through_fp8_input_forward_abstract_eval(x, weight, **params):
             _like(x, (*leading, weight.shape[0] // FLOAT8_GROUP), jnp.float32))
 
 
+def _tangent_abstract_eval(x, weight, inv_rms, dx, dweight, **params):
+    del params
+    assert dx.shape == x.shape and dweight.shape == weight.shape, (x, dx, weight, dweight)
+    assert inv_rms.shape == x.shape[: x.ndim - weight.ndim], (inv_rms, x, weight)
+    return (_like(x, x.shape, weight.dtype),)
+
+
+def _from_fp8_tangent_abstract_eval(values, weight, scales, inv_rms, dx, dweight, **params):
+    del scales
+    return _tangent_abstract_eval(values, weight, inv_rms, dx, dweight, **params)
+
+
 def _primitive(name, abstract_eval, impl=None):
     primitive = Primitive(name)
     primitive.multiple_results = True
@@ -172,3 +184,12 @@ rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_bwd_shard_p = _partitioned(
 #: scales' sharding would fit no mesh.
 rms_norm_through_fp8_input_fwd_p, rms_norm_through_fp8_input_fwd_shard_p = _partitioned(
     "rms_norm_through_fp8_input_fwd", _through_fp8_input_forward_abstract_eval)
+
+#: y's tangent, linear in the tangents of x and the weight (autodiff.py):
+#: ``(x, weight, inv_rms, dx, dweight) -> (dy,)``, dy in the weight's dtype,
+#: with the forward's parameters. Its transpose runs the backward.
+rms_norm_tangent_p = _primitive("rms_norm_tangent", _tangent_abstract_eval)
+#: The same for a float8 input, given as its values and scales:
+#: ``(values, weight, scales, inv_rms, dx, dweight) -> (dy,)``, dx float32.
+rms_norm_from_fp8_tangent_p = _primitive("rms_norm_from_fp8_tangent",
+                                         _from_fp8_tangent_abstract_eval)

@@ -13,11 +13,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from gpu_ops import float8
+from gpu_ops import autodiff, float8
 from gpu_ops.api import IMPLEMENTATIONS, WITH_RESIDUAL, checked_operands, on_their_devices
-from gpu_ops.autodiff import (rms_norm_residual_scaled_through_fp8_vjp,
-                              rms_norm_residual_through_fp8_vjp,
-                              rms_norm_scaled_through_fp8_vjp, rms_norm_through_fp8_vjp)
 from gpu_ops.primitives import rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p
 from gpu_ops.validation import (check_float8_scale, check_float8_weight,
                                  check_read_back_dtype)
@@ -100,13 +97,13 @@ SCALED_FP8 = {"primitives": {3: _from_scaled_primitive, 4: _from_scaled_primitiv
               **{name: {3: _quantising_with_scale(IMPLEMENTATIONS[name]),
                         4: _quantising_with_scale(WITH_RESIDUAL[name])}
                  for name in ("hijax", "pallas")}}
-THROUGH_FP8 = {"primitives": {2: rms_norm_through_fp8_vjp, 3: rms_norm_residual_through_fp8_vjp},
+THROUGH_FP8 = {"primitives": {2: autodiff.through_fp8, 3: autodiff.residual_through_fp8},
                **{name: {2: _straight_through(IMPLEMENTATIONS[name]),
                          3: _straight_through(WITH_RESIDUAL[name])}
                   for name in ("hijax", "pallas")}}
 SCALED_THROUGH_FP8 = {
-    "primitives": {3: rms_norm_scaled_through_fp8_vjp,
-                   4: rms_norm_residual_scaled_through_fp8_vjp},
+    "primitives": {3: autodiff.scaled_through_fp8,
+                   4: autodiff.residual_scaled_through_fp8},
     **{name: {3: _straight_through_with_scale(IMPLEMENTATIONS[name]),
               4: _straight_through_with_scale(WITH_RESIDUAL[name])}
        for name in ("hijax", "pallas")}}

@@ -44,6 +44,15 @@ def vjp(x, weight, dy, eps=1e-5):
     return dx, dweight
 
 
+def jvp(x, weight, dx, dweight, eps=1e-5):
+    """y's tangent for the tangents dx and dweight."""
+    x, weight, dx, dweight = _f64(x), _f64(weight), _f64(dx), _f64(dweight)
+    norm_axes, _ = _axes(x, weight)
+    inv = 1.0 / np.sqrt(np.mean(x * x, axis=norm_axes, keepdims=True) + eps)
+    dinv = -inv**3 * np.mean(x * dx, axis=norm_axes, keepdims=True)
+    return weight * (dx * inv + x * dinv) + dweight * x * inv
+
+
 def check_op(op, x, weight, dy, eps=1e-5):
     """Run op(x, weight) and its VJP with cotangent dy; compare all three results."""
     y, pullback = jax.vjp(op, x, weight)

@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax.sharding import PartitionSpec as P
+
 import gpu_ops
 
 
@@ -35,6 +37,44 @@ def test_on_cuda_the_kernels_are_mosaic_gpu_calls(x_shape, w_shape, dtype):
     calls = [line for line in exported.mlir_module().splitlines() if "custom_call @" in line]
     assert len(calls) == 3, calls  # forward, backward's dx, backward's dweight
     assert all("@mosaic_gpu" in call for call in calls), calls
+
+
+def _mosaic_gpu_modules(function, *args):
+    """The Mosaic GPU kernels of `function`'s CUDA lowering, as the custom
+    calls' lines (each holds its kernel's serialised MLIR, whose op names
+    read as text)."""
+    text = jax.jit(function).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    return [line for line in text.splitlines() if "custom_call @mosaic_gpu" in line]
+
+
+@pytest.mark.parametrize("axis_names", [("a",), ("b", "a"), ("batch", "model"), ("x", "y")],
+                         ids=str)
+@pytest.mark.parametrize("axis_type", ["Explicit", "Manual"])
+def test_the_kernels_index_their_blocks_not_the_devices(axis_names, axis_type):
+    # A Mosaic GPU kernel reads its block index as an axis index by name; a
+    # mesh axis of the same name would give the device's index instead, and
+    # on two GPUs every block wrote the same row (found by the property
+    # test, for a mesh axis named 'a'). Lowered for CUDA, each kernel must
+    # read its block id and no device id, whatever the mesh's names. (Under
+    # custom_partitioning the kernels are lowered only when XLA compiles for
+    # the GPU; the same per-shard function runs there.)
+    mesh = jax.make_mesh((2,) + (1,) * (len(axis_names) - 1), axis_names,
+                         axis_types=(jax.sharding.AxisType.Explicit,) * len(axis_names))
+    rows = P(axis_names[0])
+    x = jax.device_put(jnp.ones((4, 256), jnp.float32), jax.sharding.NamedSharding(mesh, rows))
+    weight = jax.device_put(jnp.ones((256,), jnp.float32), jax.sharding.NamedSharding(mesh, P()))
+
+    def sharded(x, weight):
+        if axis_type == "Explicit":  # the op runs itself inside shard_map
+            return _loss_and_grads(x, weight)
+        return jax.shard_map(_loss_and_grads, mesh=mesh, in_specs=(rows, P()),
+                             out_specs=(P(), (rows, P())), check_vma=False)(x, weight)
+
+    with jax.set_mesh(mesh):
+        kernels = _mosaic_gpu_modules(sharded, x, weight)
+    assert len(kernels) == 3, kernels
+    for kernel in kernels:
+        assert "block_id" in kernel and "device_id" not in kernel
 
 
 def test_interpreted_and_primitives_agree_on_a_row_read_twice():

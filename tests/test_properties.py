@@ -4,7 +4,10 @@ Hypothesis draws the inputs and how they are split over devices (1, 2, 4 or
 8; 1-D and 2-D meshes; row axes split evenly or not, normalised axes and the
 weight split too), and a transformation (jit, grad, vmap). Forward and both
 gradients are compared with the float64 reference. CI runs a fixed set of
-examples (the "ci" profile); GPU_OPS_HYPOTHESIS_PROFILE=long draws many more.
+examples (the "ci" profile); GPU_OPS_HYPOTHESIS_PROFILE=long draws many more,
+and "gpus" fewer of them, for a machine of several GPUs, where each case
+compiles for every device (on two GPUs it found the Pallas kernels reading
+the device's index as their block's, which CPU interpret mode cannot show).
 """
 
 import os
@@ -21,6 +24,8 @@ from reference import DTYPES, assert_close
 
 settings.register_profile("ci", max_examples=40, derandomize=True, deadline=None)
 settings.register_profile("long", max_examples=400, deadline=None)
+# A several-GPU machine's share of a call: each case compiles for every device.
+settings.register_profile("gpus", max_examples=120, deadline=None)
 settings.load_profile(os.environ.get("GPU_OPS_HYPOTHESIS_PROFILE", "ci"))
 
 # Meshes of the default backend's devices: 8 virtual CPU devices in CI
