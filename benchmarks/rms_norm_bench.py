@@ -244,8 +244,9 @@ def run_identity():
     version, commit, and the paths left out of the plans if any."""
     identity = {"device": jax.devices()[0].device_kind, "jax_version": jax.__version__,
                 "commit": commit()}
-    if os.environ.get("GPU_OPS_PLAN_WITHOUT"):  # a partial run (--without)
-        identity["plan_without"] = os.environ["GPU_OPS_PLAN_WITHOUT"]
+    without, _ = kernel_plans.left_out()
+    if without:  # a partial run (--without)
+        identity["plan_without"] = ",".join(without)
     return identity
 
 
@@ -387,7 +388,7 @@ def main(argv=None):
                              "every kernel path (a partial run; on a GPU)")
     parser.add_argument("--without", nargs="+", metavar="PATH",
                         help="kernel paths the CUDA handlers leave out of their plans "
-                             "(GPU_OPS_PLAN_WITHOUT; gpu_ops.kernel_plans.PATHS): to measure a "
+                             "(gpu_ops.kernel_plans.leave_out and PATHS): to measure a "
                              "path against the one that takes its rows otherwise (a partial "
                              "run, not a results file)")
     parser.add_argument("--case", action="append", nargs=3,
@@ -419,7 +420,7 @@ def main(argv=None):
     # a process that goes on, as a test's does): before anything runs, as the
     # handlers read it when they plan a call.
     if args.without:
-        os.environ["GPU_OPS_PLAN_WITHOUT"] = ",".join(args.without)
+        kernel_plans.leave_out(args.without)
     if args.compare_paths:
         # Its runs are processes of their own, which need the GPU's memory.
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"

@@ -53,16 +53,15 @@ def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None
     direction: "forward" or "backward". gpu: None for the current GPU (a build
     with CUDA kernels, on a GPU), else a :class:`GpuModel`. without: names of
     paths to leave out (PATHS, the general kernels excepted), for a described
-    GPU; the current GPU's handlers leave out those that the environment
-    variable GPU_OPS_PLAN_WITHOUT lists, comma-separated. residual: the
+    GPU; the current GPU's handlers leave out those that :func:`leave_out`
+    named. residual: the
     forward with a residual add (``rms_norm(..., residual=r)``).
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     if not isinstance(gpu, (GpuModel, type(None))):
         raise TypeError(f"gpu must be a GpuModel or None, got {type(gpu).__name__}")
-    if isinstance(without, str) or not all(isinstance(p, str) for p in without):
-        raise TypeError(f"without must be a sequence of path names, got {without!r}")
+    _check_path_names("without", without)
     if gpu is None and not (ffi_targets.CUDA_COMPILED and jax.default_backend() == "gpu"):
         raise ValueError("gpu=None asks the current GPU, and there is none with gpu_ops' "
                          "CUDA kernels here: pass a GpuModel, such as kernel_plans.H100")
@@ -80,3 +79,24 @@ def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None
         dtype_name = "mixed"  # the fast kernels take one dtype only
     return _native.plan(direction, rows, row_length, dtype_name, gpu, ",".join(without),
                         bool(residual))
+
+
+def leave_out(paths=(), clusters=False):
+    """Make every CUDA handler of this process plan without `paths` (names
+    from PATHS, the general kernels excepted) and, with `clusters`, as for a
+    GPU without clusters (such as an A100): for benchmarks and tests that
+    run and measure each path on one GPU. ``leave_out()`` restores the full
+    plans. The handlers read this setting, not the environment, at each call."""
+    _check_path_names("paths", paths)
+    _native.leave_out_of_plans(",".join(paths), bool(clusters))
+
+
+def left_out():
+    """(paths, clusters): what :func:`leave_out` last set."""
+    names, clusters = _native.left_out_of_plans()
+    return tuple(name for name in names.split(",") if name), clusters
+
+
+def _check_path_names(argument, paths):
+    if isinstance(paths, str) or not all(isinstance(p, str) for p in paths):
+        raise TypeError(f"{argument} must be a sequence of path names, got {paths!r}")

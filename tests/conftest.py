@@ -1,6 +1,7 @@
 """Test configuration: 8 virtual CPU devices (GPU_OPS_CPU_DEVICES=N for N),
-float64 enabled, GPU marker, and the contract tests run once per
-implementation of the operation."""
+float64 enabled, GPU marker, kernel paths left out of the CUDA plans on
+request, and the contract tests run once per implementation of the
+operation."""
 
 import os
 
@@ -18,8 +19,18 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 import gpu_ops  # noqa: E402
+from gpu_ops import kernel_plans  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+# A GPU test run of some kernel paths only (tests/test_gpu.py starts such
+# runs): GPU_OPS_PLAN_WITHOUT lists paths for the CUDA handlers to leave out,
+# comma-separated, and GPU_OPS_PLAN_WITHOUT_CLUSTERS=1 plans as for a GPU
+# without clusters. Read here, by the test run; the handlers read only the
+# setting this makes.
+kernel_plans.leave_out(
+    tuple(filter(None, os.environ.get("GPU_OPS_PLAN_WITHOUT", "").split(","))),
+    clusters=os.environ.get("GPU_OPS_PLAN_WITHOUT_CLUSTERS") == "1")
 
 
 def has_gpu():

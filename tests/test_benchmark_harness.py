@@ -2,13 +2,13 @@
 
 import importlib.util
 import json
-import os
 import pathlib
 
 import jax
 import numpy as np
 import pytest
 
+from gpu_ops import kernel_plans
 from gpu_ops.kernel_plans import H100, PATHS, kernel_plan
 
 BENCHMARKS = pathlib.Path(__file__).parents[1] / "benchmarks"
@@ -92,7 +92,7 @@ def test_a_resumed_run_measures_again_what_another_run_measured(tmp_path, other_
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
-def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys, monkeypatch):
+def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys):
     bench = _load("rms_norm_bench")
     with pytest.raises(SystemExit):
         bench.main(["--without", "grid_rows"])
@@ -100,13 +100,14 @@ def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit):
         bench.main(["--without", "fastest", "--out", str(tmp_path / "a.json")])
     assert "not among the paths" in capsys.readouterr().err
-    # set, then removed: monkeypatch restores the variable's absence after the test
-    monkeypatch.setenv("GPU_OPS_PLAN_WITHOUT", "")
-    monkeypatch.delenv("GPU_OPS_PLAN_WITHOUT")
+    assert kernel_plans.left_out() == ((), False)  # the refused calls set nothing
     out = tmp_path / "without.json"
-    bench.main(["--out", str(out), "--repeats", "1", "--calls", "1", "--row-len", "1024",
-                "--dtype", "float32", "--without", "grid_rows", "split_rows"])
-    assert os.environ["GPU_OPS_PLAN_WITHOUT"] == "grid_rows,split_rows"
+    try:
+        bench.main(["--out", str(out), "--repeats", "1", "--calls", "1", "--row-len", "1024",
+                    "--dtype", "float32", "--without", "grid_rows", "split_rows"])
+        assert kernel_plans.left_out() == (("grid_rows", "split_rows"), False)
+    finally:
+        kernel_plans.leave_out()  # the full plans for the tests after this one
     records = json.loads(out.read_text())
     assert records and all(r["plan_without"] == "grid_rows,split_rows" for r in records)
 
@@ -341,17 +342,15 @@ def test_a_comparison_row_says_what_leaving_a_path_out_costs():
     assert "shared_row" in comparison.row_line(row) and "+40.0%" in comparison.row_line(row)
 
 
-def test_compare_paths_needs_an_output_file_and_chooses_its_own_runs(capsys, monkeypatch):
+def test_compare_paths_needs_an_output_file_and_chooses_its_own_runs(capsys):
     bench = _load("rms_norm_bench")
-    monkeypatch.setenv("GPU_OPS_PLAN_WITHOUT", "")
-    monkeypatch.delenv("GPU_OPS_PLAN_WITHOUT")
     for extra in ([], ["--out", "x.json", "--impl", "gpu_ops"],
                   ["--out", "x.json", "--without", "few_rows"]):
         with pytest.raises(SystemExit):
             bench.main(["--compare-paths", *extra])
         assert "--compare-paths" in capsys.readouterr().err
     # refused, it leaves the plans of the tests after it in this process alone
-    assert "GPU_OPS_PLAN_WITHOUT" not in os.environ
+    assert kernel_plans.left_out() == ((), False)
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")

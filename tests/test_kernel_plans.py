@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from gpu_ops.kernel_plans import A100, H100, PATHS, GpuModel, kernel_plan
+from gpu_ops.kernel_plans import (A100, H100, PATHS, GpuModel, kernel_plan, leave_out,
+                                  left_out)
 
 ROW_PATHS = {"few_rows", "row_per_block", "rows_per_block", "row_teams"}
 
@@ -217,6 +218,23 @@ def test_only_paths_can_be_left_out():
         kernel_plan("forward", (8, 1_024), jnp.float32, H100, without=["general"])
     with pytest.raises(TypeError, match="sequence of path names"):
         kernel_plan("forward", (8, 1_024), jnp.float32, H100, without="grid_rows")
+
+
+def test_the_handlers_leave_out_what_a_benchmark_asks_and_only_paths():
+    # A process-wide setting, which the CUDA handlers read at each call (the
+    # benchmarks measure each path on one GPU with it).
+    assert left_out() == ((), False)
+    try:
+        leave_out(("grid_rows", "few_rows"), clusters=True)
+        assert left_out() == (("few_rows", "grid_rows"), True)  # in PATHS' order
+        with pytest.raises(ValueError, match="'fastest' names something other than kernel"):
+            leave_out(["fastest"])
+        assert left_out() == (("few_rows", "grid_rows"), True)  # a refused call changes nothing
+        with pytest.raises(TypeError, match="sequence of path names"):
+            leave_out("grid_rows")
+    finally:
+        leave_out()
+    assert left_out() == ((), False)
 
 
 def test_the_sanitizer_workload_takes_every_path_on_an_h100():

@@ -125,17 +125,13 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
   problem.residual = residual;
   if (gpu.is_none()) {
 #ifdef GPU_OPS_WITH_CUDA
-    // The handlers' plan: what GPU_OPS_PLAN_WITHOUT leaves out, and nothing else.
+    // The handlers' plan: what LeaveOutOfPlans left out, and nothing else.
     if (!without.empty()) {
       throw std::invalid_argument(
           "without applies to a described GPU; the current GPU's plans leave out "
-          "what GPU_OPS_PLAN_WITHOUT names");
+          "what kernel_plans.leave_out named");
     }
-    std::string names;
-    gpu_ops::PathSet left_out = 0;
-    if (!gpu_ops::PathsLeftOutByEnvironment(&left_out, &names)) {
-      Paths(names, "GPU_OPS_PLAN_WITHOUT");  // throws, naming the variable
-    }
+    const gpu_ops::PathSet left_out = gpu_ops::PathsLeftOutOfPlans();
     return PlanDict(forward ? gpu_ops::PlanForwardOnCurrentGpu(problem, left_out)
                             : gpu_ops::PlanBackwardOnCurrentGpu(problem, left_out));
 #else
@@ -192,6 +188,26 @@ PYBIND11_MODULE(_native, m) {
         "a GPU described by gpu's numbers (gpu_ops.kernel_plans.GpuModel), "
         "leaving out the comma-separated paths `without`; of the forward with "
         "a residual add if `residual`.");
+  m.def("leave_out_of_plans",
+        [](const std::string& without, bool clusters) {
+          gpu_ops::LeaveOutOfPlans(Paths(without, "without"), clusters);
+        },
+        py::arg("without"), py::arg("clusters"),
+        "Make every CUDA handler of this process plan without the comma-separated "
+        "paths `without`, and as for a GPU without clusters if `clusters`.");
+  m.def("left_out_of_plans",
+        [] {
+          std::string names;
+          const gpu_ops::PathSet paths = gpu_ops::PathsLeftOutOfPlans();
+          for (int i = 0; i < static_cast<int>(gpu_ops::Path::kGeneral); ++i) {
+            const auto path = static_cast<gpu_ops::Path>(i);
+            if (gpu_ops::Contains(paths, path)) {
+              names += (names.empty() ? "" : ",") + std::string(gpu_ops::PathName(path));
+            }
+          }
+          return py::make_tuple(names, gpu_ops::ClustersLeftOutOfPlans());
+        },
+        "(comma-separated paths, clusters): what leave_out_of_plans left out.");
   m.def("dweight_partial_rows", &gpu_ops::DweightPartialRows, py::arg("rows"),
         py::arg("row_length"),
         "Height of the CUDA backward's weight-gradient scratch matrix.");

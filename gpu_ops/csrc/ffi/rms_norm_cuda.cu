@@ -3,10 +3,8 @@
 // forward, the forward with a residual add, and the backward. The forward
 // quantised to float8 has one kernel for every shape.
 //
-// The environment can narrow the plans (rms_norm_plan.h), so that one GPU
-// runs and measures every path: GPU_OPS_PLAN_WITHOUT_CLUSTERS=1 plans as for
-// a GPU without clusters (such as an A100), and GPU_OPS_PLAN_WITHOUT lists
-// paths to leave out.
+// A benchmark or a test can narrow the plans (LeaveOutOfPlans,
+// rms_norm_plan.h), so that one GPU runs and measures every path.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -26,7 +24,7 @@ namespace {
 class CurrentGpu final : public DeviceModel {
  public:
   bool Clusters() const override {
-    return RunsClusters() && !ClustersLeftOutByEnvironment();
+    return RunsClusters() && !ClustersLeftOutOfPlans();
   }
   int64_t Resident(Kernel kernel, DType dtype, const Shape& shape,
                    int shared_bytes) const override {
@@ -44,16 +42,6 @@ class CurrentGpu final : public DeviceModel {
     return 0;
   }
 };
-
-// The paths GPU_OPS_PLAN_WITHOUT leaves out of the plans.
-ffi::Error PathsLeftOut(PathSet* paths) {
-  std::string names;
-  if (PathsLeftOutByEnvironment(paths, &names)) return ffi::Error::Success();
-  return ffi::Error::InvalidArgument(
-      "GPU_OPS_PLAN_WITHOUT='" + names +
-      "' names something other than kernel paths that may be left out (" +
-      LeavablePathNames() + ")");
-}
 
 ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
                          const ForwardBuffers& b, RowGeometry g, double eps) {
@@ -115,9 +103,7 @@ ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   const Problem problem{g.rows, g.row_length, FastBuffers(x, w, *y, *inv_rms),
                         PlanDType(x.element_type()),
                         static_cast<int64_t>(chunk_sums->element_count()), 0};
-  PathSet without = 0;
-  if (auto err = PathsLeftOut(&without); err.failure()) return err;
-  return LaunchForward(stream, PlanForward(problem, CurrentGpu(), without),
+  return LaunchForward(stream, PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans()),
                        buffers, g, eps);
 }
 // [forward-handler-end]
@@ -148,9 +134,7 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
       PlanDType(x.element_type()),
       static_cast<int64_t>(chunk_sums->element_count()),
       partials->dimensions()[0]};
-  PathSet without = 0;
-  if (auto err = PathsLeftOut(&without); err.failure()) return err;
-  return LaunchBackward(stream, PlanBackward(problem, CurrentGpu(), without),
+  return LaunchBackward(stream, PlanBackward(problem, CurrentGpu(), PathsLeftOutOfPlans()),
                         buffers, g);
 }
 
@@ -171,9 +155,7 @@ ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
                   FastBuffers(x, w, residual, *y, *inv_rms, *sum),
                   PlanDType(x.element_type()), 0, 0};
   problem.residual = true;
-  PathSet without = 0;
-  if (auto err = PathsLeftOut(&without); err.failure()) return err;
-  const Plan plan = PlanForward(problem, CurrentGpu(), without);
+  const Plan plan = PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans());
   if (plan.path == Path::kGeneral) return GeneralForward(stream, buffers, g, eps);
   return LaunchRowsForward(stream, plan, buffers, g, eps);
 }

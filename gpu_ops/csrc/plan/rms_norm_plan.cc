@@ -1,7 +1,7 @@
 #include "plan/rms_norm_plan.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 #include <limits>
 #include <optional>
 
@@ -317,15 +317,18 @@ std::string LeavablePathNames() {
   return names;
 }
 
-bool PathsLeftOutByEnvironment(PathSet* paths, std::string* names) {
-  const char* value = std::getenv("GPU_OPS_PLAN_WITHOUT");
-  *names = value == nullptr ? "" : value;
-  return ParsePaths(*names, paths);
+namespace {
+std::atomic<PathSet> paths_left_out{0};
+std::atomic<bool> clusters_left_out{false};
+}  // namespace
+
+void LeaveOutOfPlans(PathSet paths, bool clusters) {
+  paths_left_out = paths;
+  clusters_left_out = clusters;
 }
 
-bool ClustersLeftOutByEnvironment() {
-  const char* value = std::getenv("GPU_OPS_PLAN_WITHOUT_CLUSTERS");
-  return value != nullptr && std::string(value) == "1";
-}
+PathSet PathsLeftOutOfPlans() { return paths_left_out; }
+
+bool ClustersLeftOutOfPlans() { return clusters_left_out; }
 
 }  // namespace gpu_ops

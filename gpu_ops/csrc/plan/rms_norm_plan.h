@@ -213,12 +213,14 @@ bool ParsePaths(const std::string& names, PathSet* paths);
 // The names of the paths that may be left out, comma-separated (for errors).
 std::string LeavablePathNames();
 
-// What the environment asks the CUDA handlers to leave out of their plans:
-// GPU_OPS_PLAN_WITHOUT, a comma-separated list of paths (into *paths; false,
-// with the variable's value in *names, if it names anything else), and
-// GPU_OPS_PLAN_WITHOUT_CLUSTERS=1, planning as for a GPU without clusters.
-bool PathsLeftOutByEnvironment(PathSet* paths, std::string* names);
-bool ClustersLeftOutByEnvironment();
+// What every CUDA handler's plan leaves out in this process: nothing, unless
+// a benchmark or a test asks (gpu_ops.kernel_plans.leave_out), so that one
+// GPU runs and measures every path: paths to leave out, and clusters (then
+// the handlers plan as for a GPU without them, such as an A100). Set between
+// calls; each call reads it, and parses nothing.
+void LeaveOutOfPlans(PathSet paths, bool clusters);
+PathSet PathsLeftOutOfPlans();
+bool ClustersLeftOutOfPlans();
 
 // Shared memory of a grid-rows block whose threads take rows_per_thread rows.
 int GridForwardSharedBytes(int rows_per_thread);
