@@ -47,6 +47,7 @@ def _mosaic_gpu_modules(function, *args):
     return [line for line in text.splitlines() if "custom_call @mosaic_gpu" in line]
 
 
+@pytest.mark.skipif(len(jax.devices("cpu")) < 2, reason="a mesh of two devices")
 @pytest.mark.parametrize("axis_names", [("a",), ("b", "a"), ("batch", "model"), ("x", "y")],
                          ids=str)
 @pytest.mark.parametrize("axis_type", ["Explicit", "Manual"])
@@ -58,8 +59,11 @@ def test_the_kernels_index_their_blocks_not_the_devices(axis_names, axis_type):
     # read its block id and no device id, whatever the mesh's names. (Under
     # custom_partitioning the kernels are lowered only when XLA compiles for
     # the GPU; the same per-shard function runs there.)
+    # CPU devices stand for GPUs (lowered for CUDA, nothing runs), also on a
+    # machine of one GPU
     mesh = jax.make_mesh((2,) + (1,) * (len(axis_names) - 1), axis_names,
-                         axis_types=(jax.sharding.AxisType.Explicit,) * len(axis_names))
+                         axis_types=(jax.sharding.AxisType.Explicit,) * len(axis_names),
+                         devices=jax.devices("cpu")[:2])
     rows = P(axis_names[0])
     x = jax.device_put(jnp.ones((4, 256), jnp.float32), jax.sharding.NamedSharding(mesh, rows))
     weight = jax.device_put(jnp.ones((256,), jnp.float32), jax.sharding.NamedSharding(mesh, P()))
