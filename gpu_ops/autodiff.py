@@ -175,7 +175,8 @@ def _tangent_transpose(cotangents, x, weight, inv_rms, dx, dweight, *, eps, kern
     dy = ad.instantiate_zeros(cotangents[0])
     ct_x, ct_weight = higher_order.backward(dy, inv_rms, x, weight, eps, kernels)
     wanted = _linear_operands(dx, dweight)
-    return (None, None, None, ct_x if wanted[0] else None, ct_weight if wanted[1] else None)
+    return (None, None, None,
+            ct_x if wanted[0] else None, ct_weight if wanted[1] else None)
 
 
 def _from_fp8_tangent_transpose(cotangents, values, weight, scales, inv_rms, dx32, dweight,
