@@ -42,7 +42,11 @@ if [ -d .whl ]; then
 fi
 
 default_steps="tests chapters sanitizers fp8"
-[ "$(nvidia-smi --list-gpus | wc -l)" -gt 1 ] && default_steps+=" sharding"
+if [ "$(nvidia-smi --list-gpus | wc -l)" -gt 1 ]; then
+  default_steps+=" sharding"
+  # tests/test_processes.py: one process per GPU under jax.distributed
+  export GPU_OPS_PROCESS_PLATFORM=${GPU_OPS_PROCESS_PLATFORM:-gpu}
+fi
 steps=" ${GPU_CHECKS_STEPS:-$default_steps} "
 tests_status=0 chapters_status=0 sanitizer_status=0
 if [[ $steps == *" tests "* ]]; then
