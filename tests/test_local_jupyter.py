@@ -1,13 +1,16 @@
-"""Running the chapters locally: JupyterLab opens a chapter's .md as a notebook and runs it.
+"""Running the chapters locally, as the README says: JupyterLab in a browser
+opens each chapter's .md as a Jupytext Notebook, and a reader runs its cells.
 
-A headless Jupyter server from this environment serves chapters/06_batching.md
-through its contents API as a notebook (jupytext), and a kernel started for
-it runs the chapter's cells, gpu_ops included.
+JupyterLab is started from this environment and driven in headless Chromium
+by Playwright, through the commands of its menus (its application object is
+exposed to the page for that). For every chapter: it opens as a notebook;
+its code cells, run one after another as a reader runs them, fail only where
+the chapter teaches an error (tagged raises-exception; Run All would stop
+there); every source listing shows its code; what the online book hides
+(solutions, listings' calls) is collapsed; and saving the notebook leaves
+its file as it was, so that a reader's run shows no change in git.
 """
 
-import asyncio
-import json
-import os
 import pathlib
 import shutil
 import socket
@@ -17,15 +20,45 @@ import time
 import urllib.request
 import uuid
 
-import jupyter_core.paths
+import jupytext
 import pytest
-from tornado.websocket import websocket_connect
+
+from test_site_in_browser import BROWSERS, CHROMIUM_FLAGS
 
 pytestmark = pytest.mark.book  # needs the book's tools (skipped on GPU machines)
 
 ROOT = pathlib.Path(__file__).parents[1]
-CHAPTER = "chapters/06_batching.md"
-TOKEN = uuid.uuid4().hex
+CHAPTERS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "chapters").glob("[0-9]*.md"))
+CELL_TIME_LIMIT_MS = 300_000
+
+# Runs the open notebook's code cells in order, each to its end, and
+# returns what each did: its tags, whether JupyterLab collapsed its input,
+# its errors and its Markdown outputs.
+RUN_CELLS = """async (limit) => {
+  const app = window.jupyterapp;
+  const panel = app.shell.currentWidget;
+  await panel.sessionContext.ready;
+  const notebook = panel.content;
+  const cells = [];
+  for (let i = 0; i < notebook.widgets.length; i++) {
+    const cell = notebook.widgets[i];
+    if (cell.model.type !== 'code') continue;
+    notebook.activeCellIndex = i;
+    const timeout = new Promise((_, reject) => setTimeout(
+        () => reject(new Error('cell ' + i + ' ran longer than ' + limit + ' ms')), limit));
+    await Promise.race([app.commands.execute('notebook:run-cell'), timeout]);
+    const outputs = cell.model.outputs.toJSON();
+    cells.push({
+      index: i,
+      tags: cell.model.getMetadata('tags') || [],
+      input_hidden: cell.inputHidden,
+      errors: outputs.filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue),
+      listings: Array.from(cell.node.querySelectorAll('.jp-RenderedMarkdown pre'))
+          .map(pre => pre.innerText).filter(text => text.trim().length > 0).length,
+    });
+  }
+  return cells;
+}"""
 
 
 def _free_port():
@@ -35,95 +68,76 @@ def _free_port():
 
 
 @pytest.fixture(scope="module")
-def server():
-    port = _free_port()
+def jupyter_lab():
+    port, token = _free_port(), uuid.uuid4().hex
     process = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={port}",
-         "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}",
-         f"--ServerApp.root_dir={ROOT}", "--ServerApp.open_browser=False",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
+         "--ip=127.0.0.1", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}",
+         "--LabApp.expose_app_in_browser=True", "--allow-root"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
             try:
-                _request(url, "/api/status")
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5)
                 break
             except OSError:
                 if process.poll() is not None:
-                    pytest.fail(f"jupyter server exited: {process.stderr.read().decode()[-2000:]}")
+                    pytest.fail(f"JupyterLab exited: {process.stderr.read().decode()[-2000:]}")
                 time.sleep(0.5)
         else:
-            pytest.fail("jupyter server did not start in 60 s")
-        yield url
+            pytest.fail("JupyterLab did not start in 60 s")
+        yield f"{url}/lab?token={token}"
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
-def _request(url, path, body=None):
-    request = urllib.request.Request(
-        url + path, method="POST" if body is not None else "GET",
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+@pytest.fixture(scope="module")
+def lab_page(jupyter_lab):
+    executable = next(filter(None, map(shutil.which, BROWSERS)), None)
+    if executable is None:
+        pytest.fail("no Chromium found (./build.sh test installs Debian's chromium as root)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(jupyter_lab)
+        page.wait_for_function(
+            "window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open')"
+            " && window.jupyterapp.commands.hasCommand('notebook:run-cell')", timeout=60_000)
+        page.evaluate("async () => { await window.jupyterapp.restored; }")
+        yield page
+        browser.close()
 
 
-def test_jupyter_lab_and_jupytext_are_installed():
-    bin_dir = pathlib.Path(sys.executable).parent
-    assert shutil.which("jupyter-lab", path=str(bin_dir)), "no jupyter-lab beside this Python"
-    extensions = [p for d in jupyter_core.paths.jupyter_path("labextensions")
-                  for p in pathlib.Path(d).glob("*")]
-    assert any(p.name == "jupyterlab-jupytext" for p in extensions), extensions
+def _command(page, command, args=None):
+    page.evaluate("async ([command, args]) => {"
+                  " await window.jupyterapp.commands.execute(command, args || {}); }",
+                  [command, args])
 
 
-def test_a_chapter_opens_as_a_notebook(server):
-    model = _request(server, f"/api/contents/{CHAPTER}?type=notebook&content=1")
-    assert model["type"] == "notebook"
-    assert model["content"]["metadata"]["kernelspec"]["name"] == "python3"
-    code = [c for c in model["content"]["cells"] if c["cell_type"] == "code"]
-    assert any("gpu_ops.rms_norm" in c["source"] for c in code)
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_a_reader_runs_the_chapter_in_jupyter_lab(lab_page, chapter):
+    before = (ROOT / chapter).read_bytes()
+    _command(lab_page, "docmanager:open", {"path": chapter, "factory": "Jupytext Notebook"})
+    lab_page.wait_for_function(
+        "(path) => { const w = window.jupyterapp.shell.currentWidget;"
+        " return w && w.context && w.context.path === path && w.content.widgets.length > 0; }",
+        arg=chapter)
+    cells = lab_page.evaluate(RUN_CELLS, CELL_TIME_LIMIT_MS)
+    _command(lab_page, "docmanager:save")
+    _command(lab_page, "application:close")
 
-
-async def _run(server, kernel_id, code):
-    """Execute `code` on the kernel; return its stdout and the reply's status."""
-    socket_url = server.replace("http", "ws") + f"/api/kernels/{kernel_id}/channels?token={TOKEN}"
-    connection = await websocket_connect(socket_url)
-    msg_id = uuid.uuid4().hex
-    await connection.write_message(json.dumps({
-        "header": {"msg_id": msg_id, "username": "test", "session": uuid.uuid4().hex,
-                   "msg_type": "execute_request", "version": "5.3"},
-        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-        "content": {"code": code, "silent": False, "store_history": True,
-                    "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
-    }))
-    stdout, status = [], None
-    while status is None:
-        message = json.loads(await asyncio.wait_for(connection.read_message(), timeout=120))
-        if message["parent_header"].get("msg_id") != msg_id:
-            continue
-        if message["msg_type"] == "stream":
-            stdout.append(message["content"]["text"])
-        elif message["msg_type"] == "error":
-            stdout.append("\n".join(message["content"]["traceback"]))
-        elif message["msg_type"] == "execute_reply":
-            status = message["content"]["status"]
-    connection.close()
-    return "".join(stdout), status
-
-
-def test_a_chapters_cells_run_on_a_kernel(server):
-    model = _request(server, f"/api/contents/{CHAPTER}?type=notebook&content=1")
-    code = [c["source"] for c in model["content"]["cells"] if c["cell_type"] == "code"]
-    session = _request(server, "/api/sessions", {
-        "path": CHAPTER, "type": "notebook", "kernel": {"name": "python3"}})
-    try:
-        for cell in code[:2]:  # the set-up cell, then the first cell that calls gpu_ops
-            output, status = asyncio.run(_run(server, session["kernel"]["id"], cell))
-            assert status == "ok", output
-        assert "rms_norm_fwd" in output
-    finally:
-        urllib.request.urlopen(urllib.request.Request(
-            f"{server}/api/sessions/{session['id']}", method="DELETE",
-            headers={"Authorization": f"token {TOKEN}"}), timeout=30)
+    source = jupytext.read(ROOT / chapter)
+    assert len(cells) == sum(cell.cell_type == "code" for cell in source.cells)
+    for cell in cells:
+        taught = "raises-exception" in cell["tags"]
+        assert bool(cell["errors"]) == taught, (chapter, cell)
+        if {"hide-input", "remove-input"} & set(cell["tags"]):
+            assert cell["input_hidden"], (chapter, cell)
+    listings = [c for c, s in zip(cells, (s for s in source.cells if s.cell_type == "code"))
+                if "show_source(" in s.source and "import" not in s.source]
+    assert all(cell["listings"] == 1 for cell in listings), (chapter, listings)
+    assert (ROOT / chapter).read_bytes() == before, f"saving {chapter} changed it"
