@@ -1,0 +1,87 @@
+"""The benchmarks' results files as the book reads them: chapter 8 and the
+results appendix (chapter 10) draw their figures, tables and numbers from
+results/benchmarks/ with these functions, so that a new run changes what
+they show and nothing else.
+"""
+
+import json
+import pathlib
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results" / "benchmarks"
+#: The implementations a run times side by side, in the figures' order.
+IMPLS = ("gpu_ops", "apex_seed", "pallas", "xla")
+
+
+def _short_name(device):
+    return "H100" if "H100" in device else "H200"
+
+
+def latest_runs():
+    """{short device name: the records of its latest run} of the one-device benchmark."""
+    runs = {}
+    for path in sorted(RESULTS.glob("nvidia-*.json")):
+        records = json.loads(path.read_text())
+        runs[_short_name(records[0]["device"])] = records
+    return runs
+
+
+def training_steps():
+    """{short device name: {norm: record}} of the training-step benchmark."""
+    steps = {}
+    for path in sorted(RESULTS.glob("training_step_*.json")):
+        records = json.loads(path.read_text())
+        steps[_short_name(records[0]["device"])] = {r["norm"]: r for r in records}
+    return steps
+
+
+def of_copy(record):
+    """The record's bandwidth as a fraction of the copy bandwidth of its run."""
+    return record["gbps"] / record["copy_gbps"]
+
+
+def main_case(record):
+    """A case large enough to leave launch costs behind: bfloat16, 16,384
+    rows or more of 1,024 to 16,384 values."""
+    return (record["dtype"] == "bfloat16" and record["rows"] >= 16384
+            and 1024 <= record["row_len"] <= 16384)
+
+
+def main_case_medians(records, op):
+    """(median share of the copy bandwidth by implementation, median of how
+    many times each other implementation's time gpu_ops' is) over the main
+    cases of `op`."""
+    mine = [r for r in records if r["op"] == op and main_case(r)]
+    times = {(r["impl"], r["rows"], r["row_len"]): r["median_us"] for r in mine}
+    timed = [impl for impl in IMPLS if any(r["impl"] == impl for r in mine)]
+    shares = {impl: float(np.median([of_copy(r) for r in mine if r["impl"] == impl]))
+              for impl in timed}
+    speedups = {impl: float(np.median([times[impl, rows, n] / us
+                                       for (i, rows, n), us in times.items() if i == "gpu_ops"]))
+                for impl in timed if impl != "gpu_ops"}
+    return shares, speedups
+
+
+def bandwidth_figure(records, dtype="bfloat16"):
+    """Bars of each implementation's fraction of the copy bandwidth, per case
+    of `dtype`, forward and forward + backward side by side."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    for ax, op, title in zip(axes, ("fwd", "fwd_bwd"), ("forward", "forward + backward")):
+        mine = [r for r in records if r["op"] == op and r["dtype"] == dtype]
+        cases = sorted({(r["rows"], r["row_len"]) for r in mine})
+        at = np.arange(len(cases))
+        timed = [impl for impl in IMPLS if any(r["impl"] == impl for r in mine)]
+        width = 0.8 / len(timed)
+        for i, impl in enumerate(timed):
+            value = {(r["rows"], r["row_len"]): of_copy(r) for r in mine if r["impl"] == impl}
+            ax.bar(at + (i - (len(timed) - 1) / 2) * width, [value.get(c, 0) for c in cases],
+                   width=width, label=impl, color=f"C{IMPLS.index(impl)}")
+        ax.axhline(1.0, color="black", linewidth=1, label="copy")
+        ax.set_xticks(at, [f"{r}x{c}" for r, c in cases], rotation=60)
+        ax.set(title=f"{records[0]['device']}: {title}, {dtype}",
+               xlabel="rows x row length", ylim=(0, 1.4))
+    axes[0].set_ylabel("fraction of the copy bandwidth")
+    axes[0].legend(loc="upper left", ncol=3, fontsize="small")
+    fig.tight_layout()
