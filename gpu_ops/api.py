@@ -26,7 +26,7 @@ def _residual_before_hijax(x, weight, residual, eps):
     return hijax_route.rms_norm(total, weight, eps), total
 
 
-#: The ways the operation is defined, by name (chapter 9 compares them).
+#: The ways the operation is defined, by name (chapter 11 compares them).
 IMPLEMENTATIONS = {
     "primitives": autodiff.rms_norm,  # explicit primitives with their rules
     "hijax": hijax_route.rms_norm,  # one jax.experimental.hijax class
