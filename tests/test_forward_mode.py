@@ -93,6 +93,19 @@ def test_jvp_of_sharded_inputs_gives_the_one_device_answer(x_spec, weight_spec):
     assert_close(dy, reference.jvp(x, weight, dx, dweight), jnp.float32)
 
 
+@pytest.mark.skipif(len(jax.devices()) < 2, reason="one device: nothing to shard")
+def test_jvp_over_explicit_axes_keeps_the_rows_sharded():
+    mesh = jax.make_mesh((2,), ("a",), axis_types=(AxisType.Explicit,))
+    x, weight, dx, dweight = _inputs((8, 64), (64,), jnp.float32)
+    with jax.set_mesh(mesh):
+        rows = [jax.device_put(a, NamedSharding(mesh, P("a"))) for a in (x, dx)]
+        whole = [jax.device_put(a, NamedSharding(mesh, P())) for a in (weight, dweight)]
+        _, dy = jax.jit(lambda x, w, tx, tw: jax.jvp(gpu_ops.rms_norm, (x, w), (tx, tw)))(
+            rows[0], whole[0], rows[1], whole[1])
+    assert dy.sharding.spec[0] == "a"
+    assert_close(dy, reference.jvp(x, weight, dx, dweight), jnp.float32)
+
+
 def test_jvp_with_a_residual():
     x, weight, dx, dweight = _inputs((5, 24), (24,), jnp.float32)
     residual, dresidual = 2 * x[::-1], dx[::-1]
