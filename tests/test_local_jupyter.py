@@ -129,6 +129,9 @@ def test_a_reader_runs_the_chapter_in_jupyter_lab(lab_page, chapter):
     cells = lab_page.evaluate(RUN_CELLS, CELL_TIME_LIMIT_MS)
     _command(lab_page, "docmanager:save")
     _command(lab_page, "application:close")
+    lab_page.wait_for_function(  # closed, before the next chapter opens
+        "(path) => { const w = window.jupyterapp.shell.currentWidget;"
+        " return !(w && w.context && w.context.path === path); }", arg=chapter)
 
     source = jupytext.read(ROOT / chapter)
     assert len(cells) == sum(cell.cell_type == "code" for cell in source.cells)
