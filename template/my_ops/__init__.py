@@ -1,0 +1,208 @@
+"""my_rms_norm: a custom JAX operation, from the book's template (README.md).
+
+``my_rms_norm(x, weight, eps)`` normalises float32 ``x`` over its last axis
+and scales it by ``weight``, with the C++ and CUDA handlers of ``csrc/``.
+Each rule the book teaches is here once: the primitives and their abstract
+evaluation (chapters 2 and 4), the lowering to the FFI call (chapter 3), the
+VJP (chapter 5), the vmap rules (chapter 6) and the partitioning across
+devices (chapter 7).
+"""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import dispatch
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir, xla
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from my_ops import _native
+
+__all__ = ["my_rms_norm"]
+
+for _platform, _targets in _native.targets().items():
+    for _name, _capsule in _targets.items():
+        jax.ffi.register_ffi_target(_name, _capsule, platform=_platform)
+
+
+# Primitives and abstract evaluation: forward (x, weight) -> (y, inv_rms);
+# backward (dy, inv_rms, x, weight) -> (dx, dweight).
+
+def _like(aval, shape):
+    """A float32 result of `shape`, typed like the operand `aval` otherwise
+    (its mesh axes too, cut to `shape`'s leading axes)."""
+    sharding = aval.sharding.update(spec=tuple(aval.sharding.spec)[: len(shape)])
+    return aval.update(shape=shape, dtype=jnp.float32, weak_type=False, sharding=sharding)
+
+
+def _primitive(name, abstract_eval):
+    primitive = Primitive(name)
+    primitive.multiple_results = True
+    primitive.def_impl(partial(xla.apply_primitive, primitive))
+    primitive.def_abstract_eval(abstract_eval)
+    return primitive
+
+
+forward_p = _primitive("my_rms_norm_fwd",
+                       lambda x, weight, *, eps: (_like(x, x.shape), _like(x, x.shape[:-1])))
+backward_p = _primitive("my_rms_norm_bwd", lambda dy, inv_rms, x, weight, *, eps: (
+    _like(x, x.shape), _like(weight, weight.shape)))
+
+
+# Lowering: each primitive becomes the FFI call on one device's shard, through
+# a custom_partitioning function that says how to split it across devices.
+
+def _forward_call(x, weight, eps):
+    results = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape[:-1], x.dtype))
+    return jax.ffi.ffi_call("my_rms_norm_fwd", results)(x, weight, eps=np.float64(eps))
+
+
+def _backward_call(dy, inv_rms, x, weight, eps):
+    del eps  # inv_rms has it
+    results = (jax.ShapeDtypeStruct(x.shape, x.dtype),
+               jax.ShapeDtypeStruct(weight.shape, weight.dtype))
+    return jax.ffi.ffi_call("my_rms_norm_bwd", results)(dy, inv_rms, x, weight)
+
+
+def _row_axes(mesh, x_info):
+    """The mesh axes x's leading axes keep: those that split them evenly
+    (padding rows would reach the weight gradient's sum)."""
+    spec = (tuple(x_info.sharding.spec) + (None,) * len(x_info.shape))[: len(x_info.shape) - 1]
+    kept = []
+    for entry, size in zip(spec, x_info.shape[:-1]):
+        names = () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+        devices = int(np.prod([mesh.shape[name] for name in names]))
+        kept.append(entry if names and size % devices == 0 else None)
+    return kept
+
+
+def _rule(rank, backward=False):
+    """The Shardy rule: rows (b0 b1 ...) may be split, the normalised axis n not."""
+    rows = " ".join(f"b{i}" for i in range(rank - 1))
+    x = f"{rows} n"
+    text = f"{x}, {rows}, {x}, n -> {x}, n" if backward else f"{x}, n -> {x}, {rows}"
+    return text, {"need_replication_factors": ("n",)}
+
+
+def _shardings(mesh, x_info):
+    rows = _row_axes(mesh, x_info)
+    names = [a for entry in rows if entry for a in (entry if isinstance(entry, tuple) else (entry,))]
+    return (NamedSharding(mesh, P(*rows, None)), NamedSharding(mesh, P(*rows)),
+            NamedSharding(mesh, P()), tuple(names))
+
+
+@partial(custom_partitioning, static_argnums=(2,))
+def _forward(x, weight, eps):
+    return _forward_call(x, weight, eps)
+
+
+def _forward_partition(eps, mesh, arg_infos, result_infos):
+    del result_infos
+    x, rows, replicated, _ = _shardings(mesh, arg_infos[0])
+    return mesh, partial(_forward_call, eps=eps), (x, rows), (x, replicated)
+
+
+@partial(custom_partitioning, static_argnums=(4,))
+def _backward(dy, inv_rms, x, weight, eps):
+    return _backward_call(dy, inv_rms, x, weight, eps)
+
+
+def _backward_partition(eps, mesh, arg_infos, result_infos):
+    del result_infos
+    x, rows, replicated, row_axes = _shardings(mesh, arg_infos[2])
+
+    def per_device(dy, inv_rms, x, weight):
+        dx, dweight = _backward_call(dy, inv_rms, x, weight, eps)
+        # each device summed its own rows; the weight gradient sums them all
+        return dx, jax.lax.psum(dweight, row_axes) if row_axes else dweight
+
+    return mesh, per_device, (x, replicated), (x, rows, x, replicated)
+
+
+_forward.def_partition(partition=_forward_partition,
+                       sharding_rule=lambda eps, mesh, ops, res: _rule(len(ops[0].shape)))
+_backward.def_partition(partition=_backward_partition,
+                        sharding_rule=lambda eps, mesh, ops, res: _rule(len(ops[2].shape), True))
+
+
+def _lowering(partitioned, call):
+    """Lower through `partitioned`; inside shard_map, where the operands are
+    one device's shards already, straight to the FFI `call`."""
+    def lowering(ctx, *operands, eps):
+        manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
+        fn = call if manual else partitioned
+        return mlir.lower_fun(lambda *args: fn(*args, eps), multiple_results=True)(ctx, *operands)
+    return lowering
+
+
+mlir.register_lowering(forward_p, _lowering(_forward, _forward_call))
+mlir.register_lowering(backward_p, _lowering(_backward, _backward_call))
+# custom_partitioning needs the devices while lowering, which jit passes only
+# to computations holding a primitive of this set (no public API; chapter 7).
+dispatch.prim_requires_devices_during_lowering.update({forward_p, backward_p})
+
+
+# vmap: a batch of x is more rows; a batched weight, or the backward (whose
+# weight gradient stays per example), runs once per example.
+
+def _per_example(primitive, args, dims, **params):
+    batched = [jnp.moveaxis(a, d, 0) for a, d in zip(args, dims) if d is not None]
+
+    def one(example):
+        parts = iter(example)
+        return primitive.bind(*[next(parts) if d is not None else a
+                                for a, d in zip(args, dims)], **params)
+
+    outputs = jax.lax.map(one, batched)
+    return outputs, [0] * len(outputs)
+
+
+def _forward_batching(args, dims, *, eps):
+    (x, weight), (x_dim, weight_dim) = args, dims
+    if weight_dim is not None:
+        return _per_example(forward_p, args, dims, eps=eps)
+    outputs = forward_p.bind(jnp.moveaxis(x, x_dim, 0), weight, eps=eps)
+    return outputs, [0, 0]
+
+
+batching.primitive_batchers[forward_p] = _forward_batching
+batching.primitive_batchers[backward_p] = partial(_per_example, backward_p)
+
+
+# The VJP: the forward keeps inv_rms for the backward kernel.
+
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _differentiable(x, weight, eps):
+    return forward_p.bind(x, weight, eps=eps)[0]
+
+
+def _vjp_forward(x, weight, eps):
+    y, inv_rms = forward_p.bind(x, weight, eps=eps)
+    return y, (inv_rms, x, weight)
+
+
+def _vjp_backward(eps, residuals, dy):
+    inv_rms, x, weight = residuals
+    return tuple(backward_p.bind(dy, inv_rms, x, weight, eps=eps))
+
+
+_differentiable.defvjp(_vjp_forward, _vjp_backward)
+
+
+def my_rms_norm(x, weight, eps=1e-5):
+    """``x / sqrt(mean(x**2, axis=-1) + eps) * weight`` for float32 ``x`` and a
+    float32 ``weight`` as long as x's last axis; works under jit, grad, vmap
+    and with x's rows sharded across devices."""
+    x, weight = jnp.asarray(x), jnp.asarray(weight)
+    for name, array in (("x", x), ("weight", weight)):
+        if array.dtype != jnp.float32:
+            raise TypeError(f"my_rms_norm: {name} must be float32, got {array.dtype}")
+    if x.ndim == 0 or weight.shape != x.shape[-1:]:
+        raise ValueError(f"my_rms_norm: weight must have shape (x.shape[-1],), got x "
+                         f"{x.shape} and weight {weight.shape}")
+    if not isinstance(eps, (int, float)) or not 0 <= eps < float("inf"):
+        raise ValueError(f"my_rms_norm: eps must be a finite number >= 0, got {eps!r}")
+    return _differentiable(x, weight, float(eps))
