@@ -18,14 +18,21 @@ LANGUAGES = {".py": "python", ".cc": "cpp", ".cu": "cpp", ".h": "cpp", ".cuh": "
 
 
 class Listing:
-    """Lines `first`..`last` (from 1) of `path`, relative to the repository."""
+    """Lines `first`..`last` (from 1) of `path`, relative to the repository;
+    folded under `summary` (a click opens it) where one is given."""
 
-    def __init__(self, path, code, first, last):
+    def __init__(self, path, code, first, last, summary=None):
         self.path, self.code, self.first, self.last = path, code, first, last
+        self.summary = summary
 
     def _repr_markdown_(self):
         language = LANGUAGES.get(pathlib.PurePath(self.path).suffix, "")
-        return f"`{self.path}`, lines {self.first}-{self.last}:\n\n```{language}\n{self.code}\n```"
+        text = f"`{self.path}`, lines {self.first}-{self.last}:\n\n```{language}\n{self.code}\n```"
+        # JupyterLab unfolds a cell's outputs when it runs the cell, so a
+        # solution stays folded only inside its own output.
+        if self.summary:
+            text = f"<details><summary>{self.summary}</summary>\n\n{text}\n\n</details>"
+        return text
 
     def __repr__(self):
         return f"{self.path}, lines {self.first}-{self.last}"
@@ -47,12 +54,14 @@ def _object_lines(text, name, path):
     raise ValueError(f"{path}: no class or function named {name!r}")
 
 
-def show_source(path, *, start_after=None, start_at=None, end_before=None, pyobject=None):
+def show_source(path, *, start_after=None, start_at=None, end_before=None, pyobject=None,
+                folded=None):
     """The region of `path` (relative to the repository) that starts after the
     first line containing `start_after` (or at the line containing
     `start_at`) and ends before the next line containing `end_before`; or the
     Python class or function `pyobject`. A marker that matches no line is a
-    ValueError, so that a chapter whose source moved fails to run."""
+    ValueError, so that a chapter whose source moved fails to run. `folded`
+    folds the listing under that summary (a solution, say)."""
     text = (ROOT / path).read_text()
     lines = text.splitlines()
     if pyobject is not None:
@@ -68,4 +77,4 @@ def show_source(path, *, start_after=None, start_at=None, end_before=None, pyobj
         start += 1
     while end > start and not lines[end - 1].strip():
         end -= 1
-    return Listing(path, "\n".join(lines[start:end]), start + 1, end)
+    return Listing(path, "\n".join(lines[start:end]), start + 1, end, folded)

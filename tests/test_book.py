@@ -136,8 +136,28 @@ def test_chapter_has_an_exercise_with_a_hidden_checked_solution(source):
     cells = jupytext.read(source.with_suffix(".ipynb")).cells
     (heading,) = [i for i, c in enumerate(cells)
                   if c.cell_type == "markdown" and "## Exercise" in c.source.splitlines()]
-    solution = cells[heading + 1]
+    end = next(i for i in range(heading + 1, len(cells))
+               if cells[i].cell_type == "markdown" and cells[i].source.startswith("## "))
+    solution = cells[end - 1]  # the section's last cell
     assert solution.cell_type == "code" and "hide-input" in solution.metadata.get("tags", [])
     # it checks itself, so that nbval tests it
     assert "assert" in solution.source or "check_grads(" in solution.source
     assert solution.outputs and not [o for o in solution.outputs if o.output_type == "error"]
+
+
+# Chapters 1 to 7 are the exercise track: each builds a step of the reader's
+# own operation, checked against jax.nn.softmax, with the solution's check.
+@pytest.mark.parametrize("step", range(1, 8))
+def test_the_exercise_track_runs_through_chapters_1_to_7(step):
+    (source,) = [s for s in SOURCES if s.name.startswith(f"0{step}_")]
+    cells = jupytext.read(source.with_suffix(".ipynb")).cells
+    sources = [c.source for c in cells if c.cell_type == "code"]
+    assert any(f"check({step})" in s for s in sources)
+    solution = next(c for c in cells if f"check({step}, solution=True)" in c.source)
+    assert "hide-input" in solution.metadata.get("tags", [])
+    printed = "".join(o.get("text", "") for o in solution.outputs)
+    assert f"Step {step}, " in printed and "\n  correct:" in printed
+    # the solution's listing stays folded in its output, where JupyterLab,
+    # which unfolds the outputs of a cell it runs, keeps it folded too
+    (listing,) = [o.data["text/markdown"] for o in solution.outputs if "data" in o]
+    assert listing.startswith("<details><summary>A solution")

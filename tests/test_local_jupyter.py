@@ -7,7 +7,7 @@ exposed to the page for that). For every chapter: it opens as a notebook;
 its code cells, run one after another as a reader runs them, fail only where
 the chapter teaches an error (tagged raises-exception; Run All would stop
 there); every source listing shows its code; what the online book hides
-(solutions, listings' calls) is collapsed; and saving the notebook leaves
+(solutions, listings' calls) is collapsed, and a solution's listing folded; and saving the notebook leaves
 its file as it was, so that a reader's run shows no change in git.
 """
 
@@ -55,7 +55,8 @@ RUN_CELLS = """async (limit) => {
       input_hidden: cell.inputHidden,
       errors: outputs.filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue),
       listings: Array.from(cell.node.querySelectorAll('.jp-RenderedMarkdown pre'))
-          .map(pre => pre.innerText).filter(text => text.trim().length > 0).length,
+          .map(pre => pre.textContent).filter(text => text.trim().length > 0).length,
+      folded: cell.node.querySelectorAll('.jp-RenderedMarkdown details:not([open]) pre').length,
     });
   }
   return cells;
@@ -173,4 +174,8 @@ def test_a_reader_runs_the_chapter_in_jupyter_lab(lab_page, chapter):
     listings = [c for c, s in zip(cells, (s for s in source.cells if s.cell_type == "code"))
                 if "show_source(" in s.source and "import" not in s.source]
     assert all(cell["listings"] == 1 for cell in listings), (chapter, listings)
+    # a solution's listing is folded in its output (a click opens it)
+    folded = [c for c, s in zip(cells, (s for s in source.cells if s.cell_type == "code"))
+              if "folded=" in s.source]
+    assert all(cell["folded"] == 1 for cell in folded), (chapter, folded)
     assert (ROOT / chapter).read_bytes() == before, f"saving {chapter} changed it"

@@ -228,7 +228,6 @@ ffi::Error ResidualScaledQuantisedForwardCuda(
                           g, eps);
 }
 
-// [forward-binding]
 auto ForwardBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
@@ -239,7 +238,6 @@ auto ForwardBinding() {
       .Ret<ffi::AnyBuffer>()  // chunk_sums (scratch)
       .Attr<double>("eps");
 }
-// [forward-binding-end]
 
 auto ResidualForwardBinding() {
   return ffi::Ffi::Bind()
@@ -327,7 +325,6 @@ Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without) {
   return PlanBackward(problem, CurrentGpu(), without);
 }
 
-// [handler-symbols]
 // kCmdBufferCompatible: the handlers only launch kernels on the stream, into
 // buffers XLA passes, so XLA may record them into its CUDA graphs.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCuda, ForwardCuda, ForwardBinding(),
@@ -352,6 +349,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCuda,
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda, BackwardCuda, BackwardBinding(),
                               {ffi::Traits::kCmdBufferCompatible});
-// [handler-symbols-end]
 
 }  // namespace gpu_ops

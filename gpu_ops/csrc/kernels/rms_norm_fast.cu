@@ -89,7 +89,6 @@ struct RowRing {
 };
 
 
-// [forward-kernel]
 // This thread's vectors of rows first .. first + kRows - 1 of x, all loads
 // in flight at once. Rows past the end load the last row again (and store
 // nothing).
@@ -204,7 +203,6 @@ __global__ void __maxnreg__(kVectors * kRows == 1 ? 32 : (sizeof(T) == 2 ? 40 : 
   NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, inv_row_length,
                 eps, reinterpret_cast<P*>(y), inv_rms, at);
 }
-// [forward-kernel-end]
 
 // The forward of one row per block, for blocks of more than 512 threads
 // (16-bit rows of 16,384). FastForwardKernel would give such a block two

@@ -20,7 +20,6 @@ namespace {
 
 constexpr int kGeneralMaxThreads = 512;
 
-// [general-forward]
 // The sum of v over the block (of whole warps), on every thread: each warp
 // adds up its 32 values with shuffles, and the warps' sums meet in shared
 // memory. The first barrier keeps a row's sums from overwriting those the
@@ -80,7 +79,6 @@ __global__ void __launch_bounds__(kGeneralMaxThreads)
     if (threadIdx.x == 0) inv_rms[row] = inv;
   }
 }
-// [general-forward-end]
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x)) for each row of the block,
 // and the block's share of the weight gradient, sum over its rows of

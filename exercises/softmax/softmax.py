@@ -1,0 +1,122 @@
+"""Your row softmax as a JAX operation: the book's exercise track.
+
+Each chapter's exercise fills in one step, between its markers: replace the
+`raise NotImplementedError` (and, in chapter 1, the TODOs of the C++ and
+CUDA files beside this one). Run a step's check from its chapter
+(`exercises.checks.check(step)`), or all of them with
+`python -m exercises.checks`. The solution is in exercises/solutions/softmax/.
+"""
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from jax._src import dispatch
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from exercises.build import build_library
+
+# softmax_cpu.cc and softmax_cuda.cu (where nvcc is found), compiled once
+library = build_library(Path(__file__).parent)
+
+
+# [step 1] chapter 1: registration
+def register():
+    """Register the handlers under the name `library.name`, for each platform."""
+    # TODO: jax.ffi.register_ffi_target for library.cpu.SoftmaxCpu (platform
+    # "cpu") and, where nvcc built it, library.cuda.SoftmaxCuda ("CUDA").
+# [step 1 end]
+
+
+register()
+softmax_p = Primitive("my_softmax")
+
+
+# [step 2] chapter 2: the primitive's implementation
+def softmax_impl(x):
+    """x's softmax over its last axis, by the handler."""
+    raise NotImplementedError("step 2: softmax_impl (jax.ffi.ffi_call)")
+# [step 2 end]
+
+
+softmax_p.def_impl(softmax_impl)
+
+
+# [step 3] chapter 3: the lowering
+def softmax_lowering(ctx, x):
+    """The StableHLO of one call: the FFI custom call."""
+    raise NotImplementedError("step 3: softmax_lowering (jax.ffi.ffi_lowering)")
+# [step 3 end]
+
+
+mlir.register_lowering(softmax_p, softmax_lowering)
+
+
+# [step 4] chapter 4: abstract evaluation
+def softmax_abstract_eval(x):
+    """The result's shape and dtype, from x's, and errors for what the handler can't take."""
+    raise NotImplementedError("step 4: softmax_abstract_eval")
+# [step 4 end]
+
+
+softmax_p.def_abstract_eval(softmax_abstract_eval)
+
+
+@jax.custom_vjp
+def softmax(x):
+    """x's softmax over its last axis."""
+    return softmax_p.bind(x)
+
+
+# [step 5] chapter 5: the VJP
+def softmax_fwd(x):
+    """softmax(x), and what the backward needs."""
+    raise NotImplementedError("step 5: softmax_fwd")
+
+
+def softmax_bwd(y, dy):
+    """The cotangent of x from the residual y and the output's cotangent dy."""
+    raise NotImplementedError("step 5: softmax_bwd")
+# [step 5 end]
+
+
+softmax.defvjp(softmax_fwd, softmax_bwd)
+
+
+# [step 6] chapter 6: the vmap rule
+def softmax_batch(args, dims):
+    """softmax_p of a batch: x with a batch axis at dims[0]."""
+    raise NotImplementedError("step 6: softmax_batch")
+# [step 6 end]
+
+
+batching.primitive_batchers[softmax_p] = softmax_batch
+
+
+# [step 7] chapter 7: the sharding rule
+def softmax_partition(mesh, arg_infos, result_infos):
+    """Each device's call, and the shardings it takes and gives: rows stay
+    split as x's are, the last axis is whole on every device."""
+    raise NotImplementedError("step 7: softmax_partition")
+# [step 7 end]
+
+
+softmax_partitioned = custom_partitioning(softmax_impl)
+softmax_partitioned.def_partition(partition=softmax_partition, sharding_rule="... i -> ... i",
+                                  need_replication_factors=("i",))
+
+
+def softmax_sharded_lowering(ctx, x):
+    # Inside shard_map, x is one device's part already: the plain call.
+    manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
+    return mlir.lower_fun(softmax_impl if manual else softmax_partitioned,
+                          multiple_results=False)(ctx, x)
+
+
+mlir.register_lowering(softmax_p, softmax_sharded_lowering)
+# custom_partitioning needs the devices while lowering, which jit passes only
+# to computations holding a primitive of this set (no public API; chapter 7).
+dispatch.prim_requires_devices_during_lowering.add(softmax_p)
