@@ -167,9 +167,13 @@ def check_vmap(module):
 
 
 def check_sharding(module):
-    devices = jax.device_count()
-    mesh = jax.make_mesh((devices,), ("d",))
-    x = jax.random.normal(jax.random.key(1), (2 * devices, 3, 8 * devices), jnp.float32)
+    # the GPUs where there are several, else the CPU devices (8 in the chapters)
+    devices = jax.devices() if jax.device_count() > 1 else jax.devices("cpu")
+    mesh = jax.make_mesh((len(devices),), ("d",), devices=devices)
+    if len(devices) == 1:
+        raise Wrong("one device only: set XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    x = jax.random.normal(jax.random.key(1), (2 * len(devices), 3, 8 * len(devices)),
+                          jnp.float32)
     forward = jax.jit(module.softmax)
     for spec in (P("d"), P(None, None, "d"), P()):
         sharded = jax.device_put(x, NamedSharding(mesh, spec))
