@@ -44,10 +44,15 @@ def nvcc():
 
 
 def _compile(command, output):
+    """Run the compiler `command`, which writes `output`, unless it is there."""
     if not output.exists():
-        built = subprocess.run(command, capture_output=True, text=True)
+        # into a file of this process's own, renamed when whole: processes
+        # that build the same sources at once (test workers) never load half a file
+        partial = output.with_name(f"{output.name}.{os.getpid()}")
+        built = subprocess.run([*command, "-o", str(partial)], capture_output=True, text=True)
         if built.returncode != 0:
             raise RuntimeError(f"compiling failed:\n{' '.join(command)}\n{built.stderr}")
+        os.replace(partial, output)
     return ctypes.CDLL(str(output))
 
 
@@ -64,11 +69,11 @@ def build_library(folder, name="my_softmax", sources=None):
     out.mkdir(parents=True, exist_ok=True)
     flags = ["-std=c++17", "-O2", "-shared", "-isystem", jax.ffi.include_dir()]
     cpu_files = [str(p) for p in sources if p.suffix == ".cc"]
-    cpu = _compile([os.environ.get("CXX", "c++"), *flags, "-fPIC", "-Wall", *cpu_files,
-                    "-o", str(out / "libcpu.so")], out / "libcpu.so")
+    cpu = _compile([os.environ.get("CXX", "c++"), *flags, "-fPIC", "-Wall", *cpu_files],
+                   out / "libcpu.so")
     cuda_files = [str(p) for p in sources if p.suffix == ".cu"]
     cuda = None
     if cuda_files and nvcc():
-        cuda = _compile([nvcc(), *flags, "-Xcompiler=-fPIC", *CUDA_ARCHITECTURES, *cuda_files,
-                         "-o", str(out / "libcuda.so")], out / "libcuda.so")
+        cuda = _compile([nvcc(), *flags, "-Xcompiler=-fPIC", *CUDA_ARCHITECTURES, *cuda_files],
+                        out / "libcuda.so")
     return Library(f"{name}_{digest}", cpu, cuda)
