@@ -57,3 +57,39 @@ def test_the_check_finds_a_mistake(tmp_path, step):
     (folder / name).write_text(text.replace(right, wrong))
     status, words = checks.verdict(step, checks.load(folder / "softmax.py"))
     assert status == "wrong", words
+
+
+@pytest.fixture
+def reader_with_the_solution(tmp_path, monkeypatch):
+    """A reader's exercises/softmax/ with the solution's files written in."""
+    folder = tmp_path / "softmax"
+    shutil.copytree(checks.SOLUTION.parent, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(checks, "YOURS", folder / "softmax.py")
+    return folder
+
+
+def test_a_reader_who_writes_every_step_ends_with_a_whole_op(reader_with_the_solution):
+    # as the chapters' check cells run it, on the reader's files
+    for step in STEPS:
+        verdict = checks.check(step)
+        assert verdict.correct, verdict
+        assert repr(verdict).startswith(f"Step {step}, ") and "your softmax" in repr(verdict)
+
+
+def test_without_nvcc_the_track_runs_on_the_cpu_handler(reader_with_the_solution, monkeypatch):
+    from exercises import build
+
+    monkeypatch.setattr(build, "nvcc", lambda: None)
+    # a C++ change, so that this build is new and made without nvcc
+    source = reader_with_the_solution / "softmax_cpu.cc"
+    source.write_text(source.read_text() + "// built without nvcc\n")
+    module = checks.load(checks.YOURS)
+    assert module.library.cuda is None
+    assert all(checks.verdict(step, module)[0] == "correct" for step in STEPS)
+
+
+def test_a_compile_error_is_reported_with_the_compiler_message(reader_with_the_solution):
+    source = reader_with_the_solution / "softmax_cpu.cc"
+    source.write_text(source.read_text().replace("double total = 0;", "double total = ;"))
+    verdict = checks.check(1)
+    assert verdict.status == "wrong" and "softmax_cpu.cc" in verdict.words
