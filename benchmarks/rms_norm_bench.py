@@ -1,6 +1,6 @@
 """Benchmark RMS norm implementations against XLA and the copy bandwidth.
 
-    python benchmarks/rms_norm_bench.py [--out FILE] [--repeats N] [--row-len N ...]
+    python benchmarks/rms_norm_bench.py [--cases main|model|paths] [--out FILE] [--repeats N] [--row-len N ...]
                                         [--rows N ...] [--dtype NAME ...] [--impl NAME ...]
                                         [--case DTYPE ROWS ROW_LEN ...] [--resume]
                                         [--without PATH ...] [--compare-paths]
@@ -29,6 +29,11 @@ buffer, by a chained elementwise negation) is measured the same way in the
 same run. On a GPU, one more call of each implementation's chain runs
 under JAX's profiler (kernel_profile.py), and its record says which kernels
 ran, how long each took, and how long the GPU ran none, per op.
+
+`--cases model` times the model-shape set instead (shared/DESIGN.md): the
+shapes where models call the norm, each a norm between matmuls (the chain's
+barriers stand for them), gpu_ops against XLA only, into
+results/benchmarks/model_shapes_<device>.json.
 
 On a machine without a GPU it runs small sizes and says so: the CPU numbers
 show the method, not the kernels' speed.
@@ -67,6 +72,20 @@ GPU_CASES = [
     *[(dtype, 512, 4_096) for dtype in ("bfloat16", "float32")],  # launch overhead dominates
 ]
 CPU_CASES = [("bfloat16", 256, 1_024), ("float32", 256, 1_024), ("float32", 32, 16_384)]
+#: The model-shape set: hidden sizes over tokens from one (decoding) to 65,536
+#: (training, prefill), and QK-norm over head_dim, a row per token and head
+#: (1 to 8,192 tokens of 32 heads); bfloat16, and bfloat16 x with a float32
+#: weight ("bfloat16/float32": x's dtype / the weight's, which y takes).
+MODEL_HIDDEN = (2_048, 4_096, 5_120, 7_168, 8_192, 16_384)
+MODEL_TOKENS = (1, 8, 64, 1_024, 8_192, 65_536)
+MODEL_HEAD_DIMS = (64, 128, 256)
+MODEL_HEAD_ROWS = (32, 256, 2_048, 16_384, 65_536, 262_144)
+MODEL_DTYPES = ("bfloat16", "bfloat16/float32")
+MODEL_CASES = [(dtype, rows, row_len) for dtype in MODEL_DTYPES
+               for row_len, rows in [*((h, t) for h in MODEL_HIDDEN for t in MODEL_TOKENS),
+                                     *((d, r) for d in MODEL_HEAD_DIMS for r in MODEL_HEAD_ROWS)]]
+CPU_MODEL_CASES = [("bfloat16", 8, 2_048), ("bfloat16/float32", 256, 128)]
+MODEL_IMPLS = ("gpu_ops", "xla")
 #: Cases that together take every kernel path of an H100 (gpu_ops.kernel_plans),
 #: from one row to 64 MB of x: to measure each path against the one the
 #: planner takes without it (--compare-paths --cases paths).
@@ -128,12 +147,20 @@ def implementations(on_gpu):
     return impls
 
 
+def dtypes_of(dtype):
+    """(x's dtype, the weight's) of a case's dtype, "x" or "x/weight"."""
+    x, _, weight = dtype.partition("/")
+    return x, weight or x
+
+
 def minimum_bytes(op, dtype, rows, row_len):
-    """Bytes the op must move (shared/DESIGN.md, performance method)."""
-    item = jnp.dtype(dtype).itemsize
-    matrix, vector, inv = rows * row_len * item, row_len * item, rows * 4
-    forward = 2 * matrix + vector + inv  # read x, w; write y, inv_rms
-    backward = 3 * matrix + 2 * vector + inv  # read dy, x, w, inv_rms; write dx, dw
+    """Bytes the op must move (shared/DESIGN.md, performance method); y and
+    dy have the weight's dtype, dx x's."""
+    x_item, w_item = (jnp.dtype(d).itemsize for d in dtypes_of(dtype))
+    values, inv = rows * row_len, rows * 4
+    forward = values * (x_item + w_item) + row_len * w_item + inv  # read x, w; write y, inv_rms
+    # read dy, x, w, inv_rms; write dx, dw
+    backward = values * (w_item + 2 * x_item) + 2 * row_len * w_item + inv
     return forward if op == "fwd" else forward + backward
 
 
@@ -211,14 +238,20 @@ def op_functions(impl):
         y, dy = dy_after_y(y, dy)
         return (y, *pullback(dy))
 
+    # Each step's outputs are the next one's inputs, of the same dtypes: y
+    # is the next x where it has x's dtype; where it has the weight's (a
+    # float32 weight of bfloat16 x), x goes on beside y (the forward) or dx
+    # is the next x and y the next dy (forward + backward).
     def fwd_step(x, weight, dy):
-        return fwd(x, weight, dy), weight, dy
+        y = fwd(x, weight, dy)
+        return (y, weight, dy) if y.dtype == x.dtype else (x, weight, y)
 
     def fwd_bwd_step(x, weight, dy):
         y, dx, dweight = fwd_bwd(x, weight, dy)
         # The next step reads all three results; adding 0 * dweight keeps the
         # weight (and the values bounded) while making dweight necessary.
-        return y, weight + 0 * dweight, dx
+        weight = weight + 0 * dweight
+        return (y, weight, dx) if y.dtype == x.dtype else (dx, weight, y)
 
     return {"fwd": (jax.jit(fwd), fwd_step), "fwd_bwd": (jax.jit(fwd_bwd), fwd_bwd_step)}
 
@@ -281,16 +314,17 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
         if (dtype, rows, row_len) in measured:
             continue
         kx, kw, kd = jax.random.split(jax.random.key(0), 3)
-        x = jax.random.normal(kx, (rows, row_len), jnp.float32).astype(dtype)
-        weight = (1 + 0.1 * jax.random.normal(kw, (row_len,), jnp.float32)).astype(dtype)
-        dy = jax.random.normal(kd, (rows, row_len), jnp.float32).astype(dtype)
+        x_dtype, w_dtype = dtypes_of(dtype)
+        x = jax.random.normal(kx, (rows, row_len), jnp.float32).astype(x_dtype)
+        weight = (1 + 0.1 * jax.random.normal(kw, (row_len,), jnp.float32)).astype(w_dtype)
+        dy = jax.random.normal(kd, (rows, row_len), jnp.float32).astype(w_dtype)
         functions = {name: op_functions(impl) for name, impl in implementations(on_gpu).items()}
         for op in ("fwd", "fwd_bwd"):
             expected = functions["xla"][op][0](x, weight, dy)
             # The forward does not read dy. A scalar in its place keeps the
             # chain from copying a whole matrix at its end (a jitted
             # function's outputs that are its inputs are copied).
-            timed_args = (x, weight, dy if op == "fwd_bwd" else jnp.zeros((), dtype))
+            timed_args = (x, weight, dy if op == "fwd_bwd" else jnp.zeros((), w_dtype))
             for name, fns in functions.items():
                 if timed_impls and name not in timed_impls:
                     continue
@@ -339,7 +373,7 @@ def planned_paths(case):
 
 def record_line(r, decimals=1):
     """One record as the benchmark prints it."""
-    return (f"{r['op']:8} {r['impl']:10} {r['dtype']:9} {r['rows']:6} x {r['row_len']:<7} "
+    return (f"{r['op']:8} {r['impl']:10} {r['dtype']:16} {r['rows']:6} x {r['row_len']:<7} "
             f"{r['median_us']:10.{decimals}f} us {r['gbps']:8.1f} GB/s "
             f"({r['gbps'] / r['copy_gbps']:.0%} of copy)")
 
@@ -379,13 +413,14 @@ def main(argv=None):
                         help="only the cases of these row lengths")
     parser.add_argument("--rows", type=int, nargs="+",
                         help="only the cases of these numbers of rows")
-    parser.add_argument("--dtype", nargs="+", choices=["bfloat16", "float32"],
+    parser.add_argument("--dtype", nargs="+", choices=["bfloat16", "float32", "bfloat16/float32"],
                         help="only the cases of these dtypes")
     parser.add_argument("--impl", nargs="+", choices=["gpu_ops", "apex_seed", "pallas", "xla"],
                         help="only these implementations (a partial run, not a results file)")
-    parser.add_argument("--cases", choices=["main", "paths"], default="main",
-                        help="the main cases (a results file), or PATH_CASES, which take "
-                             "every kernel path (a partial run; on a GPU)")
+    parser.add_argument("--cases", choices=["main", "model", "paths"], default="main",
+                        help="the main cases (a results file), the model-shape set (a "
+                             "results file of its own), or PATH_CASES, which take every "
+                             "kernel path (a partial run; on a GPU)")
     parser.add_argument("--without", nargs="+", metavar="PATH",
                         help="kernel paths the CUDA handlers leave out of their plans "
                              "(gpu_ops.kernel_plans.leave_out and PATHS): to measure a "
@@ -434,7 +469,8 @@ def main(argv=None):
     if (args.cases == "paths" or args.compare_paths) and not (on_gpu and args.out):
         parser.error("--cases paths and --compare-paths time the kernel paths of a GPU: run "
                      "them on one, with --out")
-    cases = PATH_CASES if args.cases == "paths" else GPU_CASES if on_gpu else CPU_CASES
+    cases = {"paths": PATH_CASES, "model": MODEL_CASES if on_gpu else CPU_MODEL_CASES,
+             "main": GPU_CASES if on_gpu else CPU_CASES}[args.cases]
     for wanted, index in ((args.dtype, 0), (args.rows, 1), (args.row_len, 2)):
         if wanted:
             cases = [case for case in cases if case[index] in wanted]
@@ -454,17 +490,19 @@ def main(argv=None):
         path_comparison.compare_paths(args.cases, cases, args.out, timing, planned_paths)
         return
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
-    out = args.out or (RESULTS / f"{device_slug(jax.devices()[0].device_kind)}.json")
+    prefix = "model_shapes_" if args.cases == "model" else ""
+    out = args.out or (RESULTS / f"{prefix}{device_slug(jax.devices()[0].device_kind)}.json")
     partial_run = bool(args.cases == "paths" or args.without or args.impl or args.case)
     record_plans = on_gpu and partial_run
+    timed_impls = args.impl or (list(MODEL_IMPLS) if args.cases == "model" else None)
     done = []
     if args.resume and out.exists():
-        impls = args.impl or list(implementations(on_gpu))
+        impls = timed_impls or list(implementations(on_gpu))
         found = json.loads(out.read_text())
         done = finished_cases(of_this_run(found, record_plans), impls)
         print(f"resuming: {len(done)} records of whole cases kept from {out}; "
               f"{len(found) - len(done)} left out (of cut cases, or of another run)")
-    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, args.impl, done,
+    records = run(cases, args.calls, args.repeats, copy_bytes, on_gpu, out, timed_impls, done,
                   record_plans=record_plans)
     print(f"wrote {len(records)} records to {out}")
 

@@ -375,3 +375,52 @@ def test_a_case_that_is_not_one_is_refused(capsys, case, message):
         bench.main(["--out", "/dev/null", "--case", *case])
     assert message in capsys.readouterr().err
 
+
+
+def test_the_model_shape_set_is_where_models_call_the_norm():
+    bench = _load("rms_norm_bench")
+    cases = set(bench.MODEL_CASES)
+    for dtype in ("bfloat16", "bfloat16/float32"):
+        # hidden sizes, decoding (1 token) to training (65,536 tokens)
+        for hidden in (2_048, 4_096, 5_120, 7_168, 8_192, 16_384):
+            assert {(dtype, 1, hidden), (dtype, 65_536, hidden)} <= cases
+        # QK-norm over head_dim, as the issue's measurements found it slow
+        assert {(dtype, 65_536, 128), (dtype, 262_144, 128), (dtype, 65_536, 64),
+                (dtype, 16_384, 256)} <= cases
+    assert max(row_len for _, _, row_len in cases) <= 32_768  # longer rows: correct, untuned
+
+
+@pytest.mark.parametrize("op", ["fwd", "fwd_bwd"])
+def test_a_chain_keeps_the_dtypes_of_a_float32_weight_of_bfloat16_x(op):
+    """y takes the weight's dtype; the chain's next x stays bfloat16, so every
+    step times the case, not a float32 one."""
+    bench = _load("rms_norm_bench")
+    step = bench.op_functions(bench.xla_rms_norm)[op][1]
+    x = jax.numpy.ones((8, 128), jax.numpy.bfloat16)
+    weight = jax.numpy.ones((128,), jax.numpy.float32)
+    dy = jax.numpy.ones((8, 128), jax.numpy.float32)
+    outputs = jax.eval_shape(bench.chained(step, 3), (x, weight, dy))
+    assert [o.dtype for o in outputs] == [x.dtype, weight.dtype, dy.dtype]
+
+
+def test_bytes_of_a_float32_weight_of_bfloat16_x():
+    bench = _load("rms_norm_bench")
+    rows, n = 4, 128
+    # read x (2 bytes a value) and w (4); write y (4) and inv_rms
+    assert bench.minimum_bytes("fwd", "bfloat16/float32", rows, n) == rows * n * 6 + n * 4 + rows * 4
+    # and the backward: read dy (4), x (2), w, inv_rms; write dx (2), dw
+    assert bench.minimum_bytes("fwd_bwd", "bfloat16/float32", rows, n) == (
+        rows * n * 6 + n * 4 + rows * 4 + rows * n * 8 + 2 * n * 4 + rows * 4)
+    assert bench.minimum_bytes("fwd", "bfloat16", rows, n) == 2 * rows * n * 2 + n * 2 + rows * 4
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
+def test_a_model_shape_run_times_gpu_ops_against_xla(tmp_path, monkeypatch):
+    bench = _load("rms_norm_bench")
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    bench.main(["--cases", "model", "--repeats", "1", "--calls", "1"])
+    (out,) = tmp_path.glob("model_shapes_*.json")
+    records = json.loads(out.read_text())
+    timed = {(r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]) for r in records}
+    assert timed == {(op, impl, *case) for case in bench.CPU_MODEL_CASES
+                     for op in ("fwd", "fwd_bwd") for impl in ("gpu_ops", "xla")}

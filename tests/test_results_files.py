@@ -9,9 +9,11 @@ import pytest
 
 ROOT = pathlib.Path(__file__).parents[1]
 RESULTS = ROOT / "results"
-# The single-device files; multi_gpu_* and training_step_* hold other benchmarks.
+# The single-device files; multi_gpu_*, training_step_* and model_shapes_* hold
+# other benchmarks.
 BENCHMARK_FILES = sorted(p for p in (RESULTS / "benchmarks").glob("*.json")
-                         if not p.name.startswith(("multi_gpu_", "training_step_")))
+                         if not p.name.startswith(("multi_gpu_", "training_step_", "model_shapes_")))
+MODEL_SHAPE_FILES = sorted((RESULTS / "benchmarks").glob("model_shapes_*.json"))
 #: What the harness times on a GPU.
 GPU_IMPLS = {"gpu_ops", "apex_seed", "pallas", "xla"}
 FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "rows", "row_len",
@@ -51,7 +53,20 @@ def test_a_device_file_is_one_whole_run_of_every_case(path):
     assert timed == expected
 
 
-@pytest.mark.parametrize("path", BENCHMARK_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", MODEL_SHAPE_FILES, ids=lambda p: p.name)
+def test_a_model_shape_file_is_one_whole_run_of_the_model_shape_set(path):
+    bench = _bench()
+    records = json.loads(path.read_text())
+    assert path.stem == "model_shapes_" + bench.device_slug(records[0]["device"])
+    for record in records:
+        assert FIELDS <= set(record) <= FIELDS | PROFILED_FIELDS
+        assert all(record[key] == records[0][key] for key in ("device", "jax_version", "commit"))
+    timed = [(r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]) for r in records]
+    assert sorted(timed) == sorted((op, impl, *case) for case in bench.MODEL_CASES
+                                   for op in ("fwd", "fwd_bwd") for impl in bench.MODEL_IMPLS)
+
+
+@pytest.mark.parametrize("path", BENCHMARK_FILES + MODEL_SHAPE_FILES, ids=lambda p: p.name)
 def test_bandwidths_follow_from_bytes_and_times(path):
     bench = _bench()
     for r in json.loads(path.read_text()):
