@@ -20,10 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import batching
 
-from gpu_ops.primitives import (rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
-                                rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_fwd_p,
-                                rms_norm_from_fp8_tangent_p, rms_norm_fwd_p, rms_norm_tangent_p,
-                                rms_norm_through_fp8_input_fwd_p)
+from gpu_ops.primitives import DESCRIPTIONS
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,31 +60,25 @@ def _at_front(array, dim, size):
     return jnp.moveaxis(array, dim, 0)
 
 
-def _forward_batching(primitive, weight_like=(1,)):
-    """The vmap rule of a forward primitive of (x, weight, *rest): every operand
-    but those in `weight_like` (the weight; for a tangent primitive its tangent
-    too) has x's leading axes (a residual, a scale per row or per group,
-    inv_rms, x's tangent)."""
+def _batching_rule(primitive):
+    """The vmap rule of `primitive`, from its layouts (primitives.DESCRIPTIONS):
+    once per example where it has a weight gradient or a batched weight (or
+    weight tangent); else with every operand but those over the normalised
+    axes alone (the weight, its tangent) moved to have the batch axis first."""
+    layouts = DESCRIPTIONS[primitive].layouts
+
     def rule(args, dims, **params):
-        if any(dims[i] is not None for i in weight_like):
+        layout = layouts[len(args)]
+        if "dn" in layout.results or any(
+                d is not None for d, kind in zip(dims, layout.operands) if kind == "n"):
             return _once_per_example(primitive, args, dims, **params)
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        moved = [a if i in weight_like else _at_front(a, d, size)
-                 for i, (a, d) in enumerate(zip(args, dims))]
+        moved = [a if kind == "n" else _at_front(a, d, size)
+                 for a, d, kind in zip(args, dims, layout.operands)]
         outputs = primitive.bind(*moved, **params)
         return outputs, [0] * len(outputs)
     return rule
 
 
-batching.primitive_batchers[rms_norm_fwd_p] = _forward_batching(rms_norm_fwd_p)
-batching.primitive_batchers[rms_norm_fp8_fwd_p] = _forward_batching(rms_norm_fp8_fwd_p)
-batching.primitive_batchers[rms_norm_fp8_scaled_fwd_p] = _forward_batching(
-    rms_norm_fp8_scaled_fwd_p)
-for _forward in (rms_norm_from_fp8_fwd_p, rms_norm_through_fp8_input_fwd_p):
-    batching.primitive_batchers[_forward] = _forward_batching(_forward)
-for _backward in (rms_norm_bwd_p, rms_norm_from_fp8_bwd_p):
-    batching.primitive_batchers[_backward] = functools.partial(_once_per_example, _backward)
-batching.primitive_batchers[rms_norm_tangent_p] = _forward_batching(
-    rms_norm_tangent_p, weight_like=(1, 4))
-batching.primitive_batchers[rms_norm_from_fp8_tangent_p] = _forward_batching(
-    rms_norm_from_fp8_tangent_p, weight_like=(1, 5))
+for _primitive in DESCRIPTIONS:
+    batching.primitive_batchers[_primitive] = _batching_rule(_primitive)

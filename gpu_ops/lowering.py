@@ -15,7 +15,7 @@ from jax.core import ShapedArray
 from jax.interpreters import mlir
 
 from gpu_ops import ffi_targets, float8, higher_order, pallas_kernels
-from gpu_ops.primitives import (rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
+from gpu_ops.primitives import (DESCRIPTIONS, rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
                                 rms_norm_fp8_scaled_fwd_shard_p,
                                 rms_norm_from_fp8_bwd_shard_p, rms_norm_from_fp8_fwd_shard_p,
                                 rms_norm_from_fp8_tangent_p, rms_norm_fwd_shard_p,
@@ -70,22 +70,27 @@ def _from_fp8_backward_scratch(avals_in):
     return ffi_targets.cuda_from_fp8_backward_scratch(values.shape, weight.shape)
 
 
-def _with_or_without_residual(rule, residual_rule, operands_without=2):
-    """The forward's rule: its own call, or with a residual operand (one more
-    than `operands_without`) the residual one's."""
+_DESCRIPTION_OF_SHARD = {d.shard: d for d in DESCRIPTIONS.values() if d.shard is not None}
+
+
+def _by_layout(shard, rule, residual_rule):
+    """The rule of a forward's per-shard primitive: its own call, or where its
+    layout has a residual operand (primitives.DESCRIPTIONS) the residual one's."""
+    rules = {count: residual_rule if layout.residual else rule
+             for count, layout in _DESCRIPTION_OF_SHARD[shard].layouts.items()}
+
     def lowering(ctx, *operands, eps):
-        with_residual = len(operands) > operands_without
-        return (residual_rule if with_residual else rule)(ctx, *operands, eps=eps)
+        return rules[len(operands)](ctx, *operands, eps=eps)
     return lowering
 
 
 #: The lowering rules of the forward and backward custom calls, per platform.
 #: The forward with a residual add has no scratch on CUDA.
 FORWARD_RULES = {
-    "cpu": _with_or_without_residual(_with_float64_eps(_forward_call),
-                                     _with_float64_eps(_residual_forward_call)),
-    "cuda": _with_or_without_residual(_with_cuda_scratch(_forward_call, _forward_scratch),
-                                      _with_float64_eps(_residual_forward_call)),
+    "cpu": _by_layout(rms_norm_fwd_shard_p, _with_float64_eps(_forward_call),
+                      _with_float64_eps(_residual_forward_call)),
+    "cuda": _by_layout(rms_norm_fwd_shard_p, _with_cuda_scratch(_forward_call, _forward_scratch),
+                       _with_float64_eps(_residual_forward_call)),
 }
 BACKWARD_RULES = {
     "cpu": _with_float64_eps(_backward_call),
@@ -142,11 +147,12 @@ for _platform in ("cpu", "cuda"):
         platform=_platform)
 # The quantised forward has no scratch, and no Pallas kernels (api.py
 # quantises the Pallas kernels' y in jnp instead).
-mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _with_or_without_residual(
-    _with_float64_eps(_fp8_forward_call), _with_float64_eps(_residual_fp8_forward_call)))
-mlir.register_lowering(rms_norm_fp8_scaled_fwd_shard_p, _with_or_without_residual(
-    _with_float64_eps(_scaled_fp8_forward_call),
-    _with_float64_eps(_residual_scaled_fp8_forward_call), operands_without=3))
+mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _by_layout(
+    rms_norm_fp8_fwd_shard_p, _with_float64_eps(_fp8_forward_call),
+    _with_float64_eps(_residual_fp8_forward_call)))
+mlir.register_lowering(rms_norm_fp8_scaled_fwd_shard_p, _by_layout(
+    rms_norm_fp8_scaled_fwd_shard_p, _with_float64_eps(_scaled_fp8_forward_call),
+    _with_float64_eps(_residual_scaled_fp8_forward_call)))
 # The norm of a float8 input: the FFI kernels only (the other routes
 # dequantise in jnp, from_fp8.py); the CUDA backward has scratch.
 mlir.register_lowering(rms_norm_from_fp8_fwd_shard_p, _with_float64_eps(_from_fp8_forward_call))

@@ -21,11 +21,16 @@ per-shard primitives lower to: ``"ffi"`` (the C++ and CUDA kernels behind
 XLA's FFI) or ``"pallas"`` (the Pallas kernels of ``pallas_kernels.py``).
 Every other rule (VJP, vmap, partitioning) is the same for both.
 
+``DESCRIPTIONS`` says of every primitive what its operands and results are
+(rows, normalised axes, a value per row or per group of a row, the weight
+gradient), from which its partitioning and vmap rules follow.
+
 where ``weight`` covers the trailing ``weight.ndim`` axes of ``x``, ``y`` and
 ``dy`` have weight's dtype, and ``inv_rms`` has x's leading shape and is
 float32 unless x is float64.
 """
 
+import dataclasses
 from functools import partial
 
 import jax.numpy as jnp
@@ -193,3 +198,71 @@ rms_norm_tangent_p = _primitive("rms_norm_tangent", _tangent_abstract_eval)
 #: ``(values, weight, scales, inv_rms, dx, dweight) -> (dy,)``, dx float32.
 rms_norm_from_fp8_tangent_p = _primitive("rms_norm_from_fp8_tangent",
                                          _from_fp8_tangent_abstract_eval)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """What each operand and result of a primitive is, by kind, for the rules
+    that follow from it alone (partitioning, sharding.py; batching,
+    batching.py):
+
+    - ``"x"``: rows, then the normalised axes (x, a residual, y, dy, dx,
+      float8 values, x + residual);
+    - ``"n"``: the normalised axes only (the weight, and its tangent);
+    - ``"rows"``: one value per row (inv_rms, a scale per row);
+    - ``"groups"``: one per group of FLOAT8_GROUP values of a row (float8
+      scales and the groups' largest values);
+    - ``"dn"``: the weight's gradient, a sum over every row.
+
+    `x` is the operand of kind "x" whose sharding the rows keep; `residual`,
+    whether a residual operand is added to x (the third), which the handlers
+    take as variants of their own (lowering.py).
+    """
+
+    operands: tuple
+    results: tuple
+    x: int = 0
+    residual: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """A primitive: its layouts by number of operands (a residual operand is
+    one more), the per-shard primitive that custom partitioning splits it
+    into (None: not partitioned), and whether its lowering takes the
+    ``kernels`` parameter (the FFI's kernels or the Pallas ones)."""
+
+    layouts: dict
+    shard: Primitive | None = None
+    kernels: bool = False
+
+
+_FORWARD = Layout(("x", "n"), ("x", "rows"))
+_RESIDUAL_FORWARD = Layout(("x", "n", "x"), ("x", "rows", "x"), residual=True)
+_BACKWARD = Layout(("x", "rows", "x", "n"), ("x", "dn"), x=2)
+
+#: Every primitive's description.
+DESCRIPTIONS = {
+    rms_norm_fwd_p: Description({2: _FORWARD, 3: _RESIDUAL_FORWARD}, rms_norm_fwd_shard_p,
+                                kernels=True),
+    rms_norm_bwd_p: Description({4: _BACKWARD}, rms_norm_bwd_shard_p, kernels=True),
+    rms_norm_fp8_fwd_p: Description(
+        {2: Layout(("x", "n"), ("x", "rows", "groups")),
+         3: Layout(("x", "n", "x"), ("x", "rows", "groups", "x"), residual=True)},
+        rms_norm_fp8_fwd_shard_p),
+    rms_norm_fp8_scaled_fwd_p: Description(
+        {3: Layout(("x", "n", "rows"), ("x", "rows", "groups")),
+         4: Layout(("x", "n", "x", "rows"), ("x", "rows", "groups", "x"), residual=True)},
+        rms_norm_fp8_scaled_fwd_shard_p),
+    rms_norm_from_fp8_fwd_p: Description({3: Layout(("x", "n", "groups"), ("x", "rows"))},
+                                         rms_norm_from_fp8_fwd_shard_p),
+    rms_norm_from_fp8_bwd_p: Description(
+        {5: Layout(("x", "rows", "x", "n", "groups"), ("x", "dn"), x=2)},
+        rms_norm_from_fp8_bwd_shard_p),
+    rms_norm_through_fp8_input_fwd_p: Description(
+        {2: Layout(("x", "n"), ("x", "rows", "x", "groups"))},
+        rms_norm_through_fp8_input_fwd_shard_p),
+    rms_norm_tangent_p: Description({5: Layout(("x", "n", "rows", "x", "n"), ("x",))}),
+    rms_norm_from_fp8_tangent_p: Description(
+        {6: Layout(("x", "n", "groups", "rows", "x", "n"), ("x",))}),
+}

@@ -13,8 +13,10 @@ own, though, so each device can work on its own rows. The rules here say so:
 
 A residual operand of the forward (and its result, ``x + residual``) is
 sharded as x is; a scale per row, and the float8 forward's scales per group
-(and those of a float8 input), as the rows are. ``rms_norm_fwd_p`` and ``rms_norm_bwd_p`` are lowered
-through these partitioned functions to the per-shard primitives.
+(and those of a float8 input), as the rows are. Each primitive's layout
+(``primitives.DESCRIPTIONS``: what each operand and result is) gives its
+rule, its partition function and its custom_partitioning function, through
+which the primitive is lowered to its per-shard twin.
 
 Inside ``shard_map`` the caller partitions instead, and :func:`vary_alike`
 gives the operands the types ``shard_map`` checks. Arrays whose types shard
@@ -22,56 +24,32 @@ them along explicit mesh axes go through ``shard_map`` too
 (:func:`over_explicit_axes`).
 """
 
-from functools import partial
-
 import jax
 from jax._src import dispatch
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.interpreters import mlir
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from gpu_ops.primitives import (
-    inv_rms_dtype,
-    rms_norm_bwd_p,
-    rms_norm_bwd_shard_p,
-    rms_norm_fp8_fwd_p,
-    rms_norm_fp8_fwd_shard_p,
-    rms_norm_fp8_scaled_fwd_p,
-    rms_norm_fp8_scaled_fwd_shard_p,
-    rms_norm_from_fp8_bwd_p,
-    rms_norm_from_fp8_bwd_shard_p,
-    rms_norm_from_fp8_fwd_p,
-    rms_norm_from_fp8_fwd_shard_p,
-    rms_norm_fwd_p,
-    rms_norm_fwd_shard_p,
-    rms_norm_through_fp8_input_fwd_p,
-    rms_norm_through_fp8_input_fwd_shard_p,
-)
+from gpu_ops.primitives import DESCRIPTIONS, inv_rms_dtype
 
 
-def _factor_names(x_rank, weight_rank):
-    rows = [f"b{i}" for i in range(x_rank - weight_rank)]
-    normalised = [f"n{i}" for i in range(weight_rank)]
-    return " ".join(rows), " ".join(normalised), tuple(normalised)
-
-
-def _forward_rule(eps, kernels, mesh, operand_types, result_types):
-    del eps, kernels, mesh, result_types
-    rows, normalised, replicated = _factor_names(
-        len(operand_types[0].shape), len(operand_types[1].shape))
-    x = f"{rows} {normalised}"
-    like_x = [x] * (len(operand_types) - 2)  # a residual, and x + residual
-    rule = f"{', '.join([x, normalised, *like_x])} -> {', '.join([x, rows, *like_x])}"
-    return rule, {"need_replication_factors": replicated}
-
-
-def _backward_rule(eps, kernels, mesh, operand_types, result_types):
-    del eps, kernels, mesh, result_types
-    rows, normalised, replicated = _factor_names(
-        len(operand_types[2].shape), len(operand_types[3].shape))
-    x = f"{rows} {normalised}"
-    rule = f"{x}, {rows}, {x}, {normalised} -> {x}, {normalised}"
-    return rule, {"need_replication_factors": replicated}
+def _sharding_rule(layout):
+    """The Shardy rule of a primitive of `layout` (primitives.Layout): rows
+    (b0 b1 ...) keep their sharding; the normalised axes (n0 ...), and the
+    groups of a row (g), are replicated."""
+    def rule(eps, kernels, mesh, operand_types, result_types):
+        del eps, kernels, mesh, result_types
+        weight_rank = len(operand_types[layout.operands.index("n")].shape)
+        rank = len(operand_types[layout.x].shape)
+        rows = " ".join(f"b{i}" for i in range(rank - weight_rank))
+        normalised = [f"n{i}" for i in range(weight_rank)]
+        factors = {"x": f"{rows} {' '.join(normalised)}", "n": " ".join(normalised),
+                   "dn": " ".join(normalised), "rows": rows, "groups": f"{rows} g"}
+        text = (f"{', '.join(factors[k] for k in layout.operands)} -> "
+                f"{', '.join(factors[k] for k in layout.results)}")
+        grouped = "groups" in layout.operands + layout.results
+        return text, {"need_replication_factors": (*normalised, *(["g"] if grouped else []))}
+    return rule
 
 
 def _mesh_axes(spec):
@@ -118,58 +96,6 @@ def _row_shardings(mesh, x_info, weight_ndim):
     return x_sharding, inv_sharding, replicated, _mesh_axes(rows)
 
 
-def _forward_partition(eps, kernels, mesh, arg_infos, result_infos):
-    del result_infos
-    x_info, weight_info, *residual = arg_infos
-    x_sharding, inv_sharding, replicated, _ = _row_shardings(
-        mesh, x_info, len(weight_info.shape))
-    like_x = (x_sharding,) * len(residual)
-    per_shard = partial(_bind_forward_shard, eps=eps, kernels=kernels)
-    return (mesh, per_shard, (x_sharding, inv_sharding, *like_x),
-            (x_sharding, replicated, *like_x))
-
-
-def _fp8_forward_rule(eps, kernels, mesh, operand_types, result_types, scaled=False):
-    """The float8 forward's rule; `scaled`: with a scale per row, the last operand."""
-    del eps, kernels, mesh, result_types
-    rows, normalised, replicated = _factor_names(len(operand_types[0].shape), 1)
-    x = f"{rows} {normalised}"
-    like_x = [x] * (len(operand_types) - 2 - scaled)  # a residual, and x + residual
-    row_scales = [rows] if scaled else []
-    # g: the groups of a row, each with its scale
-    rule = (f"{', '.join([x, normalised, *like_x, *row_scales])} -> "
-            f"{', '.join([x, rows, f'{rows} g', *like_x])}")
-    return rule, {"need_replication_factors": (*replicated, "g")}
-
-
-def _fp8_forward_partition(eps, kernels, mesh, arg_infos, result_infos, scaled=False):
-    del kernels, result_infos
-    x_info, weight_info, *rest = arg_infos
-    x_sharding, inv_sharding, replicated, _ = _row_shardings(
-        mesh, x_info, len(weight_info.shape))
-    scales_sharding = _group_sharding(inv_sharding)
-    like_x = (x_sharding,) * (len(rest) - scaled)
-    row_scales = (inv_sharding,) if scaled else ()
-    primitive = rms_norm_fp8_scaled_fwd_shard_p if scaled else rms_norm_fp8_fwd_shard_p
-    per_shard = partial(_bind_fp8_forward_shard, eps=eps, primitive=primitive)
-    return (mesh, per_shard, (x_sharding, inv_sharding, scales_sharding, *like_x),
-            (x_sharding, replicated, *like_x, *row_scales))
-
-
-def _backward_partition(eps, kernels, mesh, arg_infos, result_infos):
-    del result_infos
-    x_info, weight_info = arg_infos[2], arg_infos[3]
-    x_sharding, inv_sharding, replicated, row_axes = _row_shardings(
-        mesh, x_info, len(weight_info.shape))
-
-    def per_shard(dy, inv_rms, x, weight):
-        dx, dweight = _backward.fun(dy, inv_rms, x, weight, eps, kernels)
-        return dx, _summed_over_rows(dweight, row_axes, inv_rms_dtype(x.dtype))
-
-    arg_shardings = (x_sharding, inv_sharding, x_sharding, replicated)
-    return mesh, per_shard, (x_sharding, replicated), arg_shardings
-
-
 def _summed_over_rows(dweight, row_axes, accumulator):
     """The weight gradient summed, in `accumulator`'s dtype, over the devices
     that hold different rows (each device summed only its own)."""
@@ -178,166 +104,47 @@ def _summed_over_rows(dweight, row_axes, accumulator):
     return jax.lax.psum(dweight.astype(accumulator), row_axes).astype(dweight.dtype)
 
 
-def _group_sharding(inv_sharding):
-    """The sharding of a scale per group of a row: the rows', then the groups
-    replicated."""
-    return NamedSharding(inv_sharding.mesh, PartitionSpec(*inv_sharding.spec, None))
-
-
-# The primitives of a float8 input: each operand and result by what it is
-# (x: rows and the normalised axis; n: the normalised axis, the weight;
-# rows: one per row; groups: one per group of a row) and which operand is x.
-_FROM_FP8_FORWARD = (("x", "n", "groups"), ("x", "rows"), 0)
-_THROUGH_FP8_INPUT_FORWARD = (("x", "n"), ("x", "rows", "x", "groups"), 0)
-_FROM_FP8_BACKWARD = (("x", "rows", "x", "n", "groups"), ("x", "n"), 2)
-
-
-def _grouped_rule(kinds):
-    """The sharding rule of a primitive of a float8 input, whose operands and
-    results are `kinds`: rows keep their sharding, the normalised axis and
-    the groups of a row (g) are replicated."""
-    operands, results, x_operand = kinds
-
-    def rule(eps, kernels, mesh, operand_types, result_types):
-        del eps, kernels, mesh, result_types
-        rows, normalised, replicated = _factor_names(len(operand_types[x_operand].shape), 1)
-        factors = {"x": f"{rows} {normalised}", "n": normalised, "rows": rows,
-                   "groups": f"{rows} g"}
-        text = (f"{', '.join(factors[k] for k in operands)} -> "
-                f"{', '.join(factors[k] for k in results)}")
-        return text, {"need_replication_factors": (*replicated, "g")}
-    return rule
-
-
-def _grouped_shardings(mesh, x_info):
-    """The shardings of _grouped_rule's kinds of arrays, and the mesh axes
-    the rows are split over."""
-    x_sharding, inv_sharding, replicated, row_axes = _row_shardings(mesh, x_info, 1)
-    return {"x": x_sharding, "n": replicated, "rows": inv_sharding,
-            "groups": _group_sharding(inv_sharding)}, row_axes
-
-
-def _grouped_forward_partition(kinds, primitive):
-    """The partition function of a forward of a float8 input."""
-    operands, results, x_operand = kinds
-
+def _partition(layout, per_shard):
+    """The partition function of a primitive of `layout`: each device runs
+    `per_shard` on its rows, with the normalised axes whole, and the weight
+    gradient is summed over the devices that hold different rows."""
     def partition(eps, kernels, mesh, arg_infos, result_infos):
-        del kernels, result_infos
-        shardings, _ = _grouped_shardings(mesh, arg_infos[x_operand])
-        per_shard = partial(_bind_fp8_forward_shard, eps=eps, primitive=primitive)
-        return (mesh, per_shard, tuple(shardings[k] for k in results),
-                tuple(shardings[k] for k in operands))
+        del result_infos
+        x_info = arg_infos[layout.x]
+        weight_rank = len(arg_infos[layout.operands.index("n")].shape)
+        x, rows, replicated, row_axes = _row_shardings(mesh, x_info, weight_rank)
+        groups = NamedSharding(mesh, PartitionSpec(*rows.spec, None))
+        shardings = {"x": x, "n": replicated, "dn": replicated, "rows": rows, "groups": groups}
+        accumulator = inv_rms_dtype(x_info.dtype)
+
+        def on_each_device(*operands):
+            results = per_shard(*operands, eps, kernels)
+            return tuple(_summed_over_rows(r, row_axes, accumulator) if kind == "dn" else r
+                         for r, kind in zip(results, layout.results))
+
+        return (mesh, on_each_device, tuple(shardings[k] for k in layout.results),
+                tuple(shardings[k] for k in layout.operands))
     return partition
 
 
-def _from_fp8_backward_partition(eps, kernels, mesh, arg_infos, result_infos):
-    del kernels, result_infos
-    operands, results, x_operand = _FROM_FP8_BACKWARD
-    shardings, row_axes = _grouped_shardings(mesh, arg_infos[x_operand])
+def _partitioned(description, layout):
+    """A custom_partitioning function of the operands of `layout`, then eps and
+    kernels, binding the per-shard primitive of `description`."""
+    def per_shard(*operands_eps_kernels):
+        *operands, eps, kernels = operands_eps_kernels
+        params = {"kernels": kernels} if description.kernels else {}
+        return tuple(description.shard.bind(*operands, eps=eps, **params))
 
-    def per_shard(dy, inv_rms, values, weight, scales):
-        dx, dweight = rms_norm_from_fp8_bwd_shard_p.bind(
-            dy, inv_rms, values, weight, scales, eps=eps)
-        return dx, _summed_over_rows(dweight, row_axes, inv_rms.dtype)
-
-    return (mesh, per_shard, tuple(shardings[k] for k in results),
-            tuple(shardings[k] for k in operands))
-
-
-def _bind_forward_shard(*operands, eps, kernels):
-    return tuple(rms_norm_fwd_shard_p.bind(*operands, eps=eps, kernels=kernels))
+    count = len(layout.operands)
+    partitioned = custom_partitioning(per_shard, static_argnums=(count, count + 1))
+    partitioned.def_partition(partition=_partition(layout, per_shard),
+                              sharding_rule=_sharding_rule(layout))
+    return partitioned
 
 
-@partial(custom_partitioning, static_argnums=(2, 3))
-def _forward(x, weight, eps, kernels):
-    return _bind_forward_shard(x, weight, eps=eps, kernels=kernels)
-
-
-@partial(custom_partitioning, static_argnums=(3, 4))
-def _residual_forward(x, weight, residual, eps, kernels):
-    return _bind_forward_shard(x, weight, residual, eps=eps, kernels=kernels)
-
-
-def _bind_fp8_forward_shard(*operands, eps, primitive=rms_norm_fp8_fwd_shard_p):
-    return tuple(primitive.bind(*operands, eps=eps))
-
-
-@partial(custom_partitioning, static_argnums=(2, 3))
-def _fp8_forward(x, weight, eps, kernels):
-    del kernels  # the FFI kernels only
-    return _bind_fp8_forward_shard(x, weight, eps=eps)
-
-
-@partial(custom_partitioning, static_argnums=(3, 4))
-def _residual_fp8_forward(x, weight, residual, eps, kernels):
-    del kernels
-    return _bind_fp8_forward_shard(x, weight, residual, eps=eps)
-
-
-@partial(custom_partitioning, static_argnums=(3, 4))
-def _scaled_fp8_forward(x, weight, row_scales, eps, kernels):
-    del kernels
-    return _bind_fp8_forward_shard(x, weight, row_scales, eps=eps,
-                                   primitive=rms_norm_fp8_scaled_fwd_shard_p)
-
-
-@partial(custom_partitioning, static_argnums=(4, 5))
-def _residual_scaled_fp8_forward(x, weight, residual, row_scales, eps, kernels):
-    del kernels
-    return _bind_fp8_forward_shard(x, weight, residual, row_scales, eps=eps,
-                                   primitive=rms_norm_fp8_scaled_fwd_shard_p)
-
-
-@partial(custom_partitioning, static_argnums=(4, 5))
-def _backward(dy, inv_rms, x, weight, eps, kernels):
-    return tuple(rms_norm_bwd_shard_p.bind(
-        dy, inv_rms, x, weight, eps=eps, kernels=kernels))
-
-
-@partial(custom_partitioning, static_argnums=(3, 4))
-def _from_fp8_forward(values, weight, scales, eps, kernels):
-    del kernels  # the FFI kernels only
-    return _bind_fp8_forward_shard(values, weight, scales, eps=eps,
-                                   primitive=rms_norm_from_fp8_fwd_shard_p)
-
-
-@partial(custom_partitioning, static_argnums=(2, 3))
-def _through_fp8_input_forward(x, weight, eps, kernels):
-    del kernels
-    return _bind_fp8_forward_shard(x, weight, eps=eps,
-                                   primitive=rms_norm_through_fp8_input_fwd_shard_p)
-
-
-@partial(custom_partitioning, static_argnums=(5, 6))
-def _from_fp8_backward(dy, inv_rms, values, weight, scales, eps, kernels):
-    del kernels
-    return tuple(rms_norm_from_fp8_bwd_shard_p.bind(dy, inv_rms, values, weight, scales,
-                                                    eps=eps))
-
-
-_forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
-_residual_forward.def_partition(partition=_forward_partition, sharding_rule=_forward_rule)
-_backward.def_partition(partition=_backward_partition, sharding_rule=_backward_rule)
-_fp8_forward.def_partition(partition=_fp8_forward_partition, sharding_rule=_fp8_forward_rule)
-_residual_fp8_forward.def_partition(partition=_fp8_forward_partition,
-                                    sharding_rule=_fp8_forward_rule)
-_from_fp8_forward.def_partition(
-    partition=_grouped_forward_partition(_FROM_FP8_FORWARD, rms_norm_from_fp8_fwd_shard_p),
-    sharding_rule=_grouped_rule(_FROM_FP8_FORWARD))
-_through_fp8_input_forward.def_partition(
-    partition=_grouped_forward_partition(_THROUGH_FP8_INPUT_FORWARD,
-                                         rms_norm_through_fp8_input_fwd_shard_p),
-    sharding_rule=_grouped_rule(_THROUGH_FP8_INPUT_FORWARD))
-_from_fp8_backward.def_partition(partition=_from_fp8_backward_partition,
-                                 sharding_rule=_grouped_rule(_FROM_FP8_BACKWARD))
-for _scaled in (_scaled_fp8_forward, _residual_scaled_fp8_forward):
-    _scaled.def_partition(partition=partial(_fp8_forward_partition, scaled=True),
-                          sharding_rule=partial(_fp8_forward_rule, scaled=True))
-
-
-def _lowering_through(partitioned):
-    """A lowering rule that hands the operands to a custom_partitioning function
-    (`partitioned`, by number of operands).
+def _lowering_through(description):
+    """A lowering rule that hands the operands to the custom_partitioning
+    function of their layout (by their number).
 
     Inside ``shard_map`` the operands are one device's shards already, so the
     per-shard function is lowered as it is. custom_partitioning does the same
@@ -346,6 +153,9 @@ def _lowering_through(partitioned):
     with shardings that name no mesh axes; XLA then gathers along the axes
     left automatic, if anything is split along them, before the call.
     """
+    partitioned = {count: _partitioned(description, layout)
+                   for count, layout in description.layouts.items()}
+
     def lowering(ctx, *operands, eps, kernels="ffi"):
         manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
         chosen = partitioned[len(operands)]
@@ -356,24 +166,15 @@ def _lowering_through(partitioned):
     return lowering
 
 
-mlir.register_lowering(rms_norm_fwd_p, _lowering_through({2: _forward, 3: _residual_forward}))
-mlir.register_lowering(rms_norm_bwd_p, _lowering_through({4: _backward}))
-mlir.register_lowering(rms_norm_fp8_fwd_p,
-                       _lowering_through({2: _fp8_forward, 3: _residual_fp8_forward}))
-mlir.register_lowering(rms_norm_fp8_scaled_fwd_p, _lowering_through(
-    {3: _scaled_fp8_forward, 4: _residual_scaled_fp8_forward}))
-mlir.register_lowering(rms_norm_from_fp8_fwd_p, _lowering_through({3: _from_fp8_forward}))
-mlir.register_lowering(rms_norm_from_fp8_bwd_p, _lowering_through({5: _from_fp8_backward}))
-mlir.register_lowering(rms_norm_through_fp8_input_fwd_p,
-                       _lowering_through({2: _through_fp8_input_forward}))
+_PARTITIONED = {p: d for p, d in DESCRIPTIONS.items() if d.shard is not None}
+for _primitive, _description in _PARTITIONED.items():
+    mlir.register_lowering(_primitive, _lowering_through(_description))
 
 # custom_partitioning needs the device assignment while lowering; jit provides
 # it only to computations holding a primitive in this set. JAX adds its own
 # custom_partitioning primitive; ours hide it inside their lowering, so they
 # are added too (there is no public API for this; TransformerEngine does the same).
-dispatch.prim_requires_devices_during_lowering.update(
-    {rms_norm_fwd_p, rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
-     rms_norm_from_fp8_fwd_p, rms_norm_from_fp8_bwd_p, rms_norm_through_fp8_input_fwd_p})
+dispatch.prim_requires_devices_during_lowering.update(_PARTITIONED)
 
 
 def vary_alike(*arrays):
