@@ -110,10 +110,10 @@ softmax_partitioned.def_partition(partition=softmax_partition, sharding_rule="..
 
 
 def softmax_sharded_lowering(ctx, x):
-    # Inside shard_map, x is one device's part already: the plain call.
-    manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
-    return mlir.lower_fun(softmax_impl if manual else softmax_partitioned,
-                          multiple_results=False)(ctx, x)
+    # Inside shard_map, x is one device's part already: step 3's lowering.
+    if getattr(ctx.module_context.axis_context, "manual_axes", ()):
+        return softmax_lowering(ctx, x)
+    return mlir.lower_fun(softmax_partitioned, multiple_results=False)(ctx, x)
 
 
 mlir.register_lowering(softmax_p, softmax_sharded_lowering)
