@@ -85,3 +85,50 @@ def bandwidth_figure(records, dtype="bfloat16"):
     axes[0].set_ylabel("fraction of the copy bandwidth")
     axes[0].legend(loc="upper left", ncol=3, fontsize="small")
     fig.tight_layout()
+
+
+def model_shape_runs():
+    """{short device name: the records of its latest model-shape run}
+    (rms_norm_bench.py --cases model)."""
+    return {_short_name(records[0]["device"]): records
+            for records in (json.loads(p.read_text())
+                            for p in sorted(RESULTS.glob("model_shapes_*.json")))}
+
+
+def speedups_over_xla(records, op):
+    """{(dtype, rows, row_len): XLA's time / gpu_ops' time} of `op`."""
+    times = {(r["impl"], r["dtype"], r["rows"], r["row_len"]): r["median_us"]
+             for r in records if r["op"] == op}
+    return {(dtype, rows, n): times["xla", dtype, rows, n] / us
+            for (impl, dtype, rows, n), us in times.items() if impl == "gpu_ops"}
+
+
+def model_shape_figure(records):
+    """gpu_ops' speed over XLA's on the model-shape set, against the rows a
+    call normalises: hidden sizes and QK-norm's head sizes (rows of at most
+    256 values) side by side, forward above forward + backward; bfloat16
+    solid, bfloat16 x with a float32 weight dashed. Above 1, gpu_ops is faster."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7), sharex="col", sharey="row")
+    for row, (op, title) in enumerate((("fwd", "forward"), ("fwd_bwd", "forward + backward"))):
+        speedups = speedups_over_xla(records, op)
+        for col, (family, name) in enumerate(((lambda n: n > 256, "hidden size"),
+                                              (lambda n: n <= 256, "head_dim (QK-norm)"))):
+            ax = axes[row, col]
+            lengths = sorted({n for _, _, n in speedups if family(n)})
+            for i, length in enumerate(lengths):
+                label = f"{length}"  # on the first line of this length
+                for dtype, style in (("bfloat16", "-"), ("bfloat16/float32", "--")):
+                    points = sorted((rows, s) for (d, rows, n), s in speedups.items()
+                                    if d == dtype and n == length)
+                    if points:
+                        ax.plot(*zip(*points), style, marker="o", color=f"C{i}", label=label)
+                        label = None
+            ax.axhline(1.0, color="black", linewidth=1)
+            ax.set(xscale="log", title=f"{title}, by {name}")
+            ax.legend(title=name, fontsize="small", ncol=2)
+        axes[row, 0].set_ylabel("XLA's time / gpu_ops' time")
+    for ax in axes[1]:
+        ax.set_xlabel("rows (tokens; for QK-norm, tokens x heads)")
+    fig.suptitle(f"{records[0]['device']}: the model-shape set (dashed: float32 weight)")
+    fig.tight_layout()
+    return fig
