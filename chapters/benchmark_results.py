@@ -1,5 +1,5 @@
 """The benchmarks' results files as the book reads them: chapter 8 and the
-results appendix (chapter 10) draw their figures, tables and numbers from
+results appendix (chapter 12) draw their figures, tables and numbers from
 results/benchmarks/ with these functions, so that a new run changes what
 they show and nothing else.
 """
