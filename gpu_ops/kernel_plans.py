@@ -48,7 +48,8 @@ def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None
                 residual=False):
     """The plan of the CUDA call on x of `shape` and `dtype` and a weight of
     `weight_dtype` (default: x's) over x's last axis: a dict naming the
-    kernel path and its launch shape.
+    kernel path and its launch shape, and under "refused" the paths the
+    planner tried first, in order, each as (path, why it passed it over).
 
     direction: "forward" or "backward". gpu: None for the current GPU (a build
     with CUDA kernels, on a GPU), else a :class:`GpuModel`. without: names of

@@ -320,3 +320,40 @@ def test_every_residual_plan_covers_its_rows_within_the_gpus_limits(gpu):
                 assert plan["path"] in ("few_rows", "rows_per_block", "general")
                 if plan["path"] != "general":
                     check_plan_covers(plan, "forward", rows, row_vectors * values, dtype, gpu)
+
+
+def test_a_plan_says_why_it_passed_over_the_paths_before_it():
+    # "Which kernel runs for bfloat16 8,192 x 4,096 on an H100, and why?"
+    plan = kernel_plan("forward", (8192, 4096), "bfloat16", H100)
+    assert plan["path"] == "rows_per_block"
+    assert plan["refused"] == [
+        ("few_rows", "more rows than the GPU holds blocks of a row at once"),
+        ("row_per_block", "a row takes at most 512 threads")]
+    left_out = kernel_plan("forward", (8192, 4096), "bfloat16", H100, without=("few_rows",))
+    assert left_out["path"] == "rows_per_block"
+    assert left_out["refused"][0] == ("few_rows", "left out of the plans")
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_the_general_kernels_come_with_why_no_fast_one_took_the_rows(direction):
+    plan = kernel_plan(direction, (8, 6), "float32", H100)  # not whole 16-byte vectors
+    assert plan["path"] == "general"
+    refused = [path for path, _ in plan["refused"]]
+    assert set(refused) == {p for p in PATHS if p != "general" and (
+        direction == "forward" or p in ("row_teams", "grid_rows", "split_rows"))}
+    assert all("16-byte vectors" in why for _, why in plan["refused"])
+
+
+@pytest.mark.parametrize("gpu", [H100, A100], ids=lambda g: g.name)
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("shape", [(1, 4096), (512, 1024), (16384, 16384), (64, 65536),
+                                   (32, 262144), (64, 524288)])
+def test_without_its_path_a_plan_refuses_the_same_paths_then_that_one(gpu, direction, shape):
+    plan = kernel_plan(direction, shape, "bfloat16", gpu)
+    refused = plan["refused"]
+    if plan["path"] in {path for path, _ in refused}:
+        pytest.skip("tried twice (row teams of 8, then of 16 blocks): leaving it out "
+                    "changes the first refusal too")
+    again = kernel_plan(direction, shape, "bfloat16", gpu, without=(plan["path"],))
+    assert again["refused"][:len(refused)] == refused
+    assert again["refused"][len(refused)] == (plan["path"], "left out of the plans")

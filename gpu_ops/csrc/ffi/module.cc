@@ -78,7 +78,7 @@ gpu_ops::Problem CallProblem(int64_t rows, int64_t row_length,
   return problem;
 }
 
-py::dict PlanDict(const gpu_ops::Plan& plan) {
+py::dict PlanDict(const gpu_ops::Plan& plan, const gpu_ops::Refusals& refused) {
   py::dict d;
   d["path"] = gpu_ops::PathName(plan.path);
   d["cluster"] = plan.shape.cluster;
@@ -91,6 +91,11 @@ py::dict PlanDict(const gpu_ops::Plan& plan) {
   d["chunks"] = plan.chunks;
   d["segments"] = plan.segments;
   d["rows_per_group"] = plan.rows_per_group;
+  py::list passed_over;
+  for (const gpu_ops::Refusal& refusal : refused) {
+    passed_over.append(py::make_tuple(gpu_ops::PathName(refusal.path), refusal.why));
+  }
+  d["refused"] = passed_over;
   return d;
 }
 
@@ -132,8 +137,11 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
           "what kernel_plans.leave_out named");
     }
     const gpu_ops::PathSet left_out = gpu_ops::PathsLeftOutOfPlans();
-    return PlanDict(forward ? gpu_ops::PlanForwardOnCurrentGpu(problem, left_out)
-                            : gpu_ops::PlanBackwardOnCurrentGpu(problem, left_out));
+    gpu_ops::Refusals refused;
+    const gpu_ops::Plan plan =
+        forward ? gpu_ops::PlanForwardOnCurrentGpu(problem, left_out, &refused)
+                : gpu_ops::PlanBackwardOnCurrentGpu(problem, left_out, &refused);
+    return PlanDict(plan, refused);
 #else
     throw std::invalid_argument(
         "gpu=None asks the current GPU, and this build has no CUDA kernels");
@@ -149,8 +157,11 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
       gpu.attr("shared_bytes_per_block").cast<int>()};
   const gpu_ops::DescribedGpu described(numbers);
   const gpu_ops::PathSet left_out = Paths(without, "without");
-  return PlanDict(forward ? gpu_ops::PlanForward(problem, described, left_out)
-                          : gpu_ops::PlanBackward(problem, described, left_out));
+  gpu_ops::Refusals refused;
+  const gpu_ops::Plan plan =
+      forward ? gpu_ops::PlanForward(problem, described, left_out, &refused)
+              : gpu_ops::PlanBackward(problem, described, left_out, &refused);
+  return PlanDict(plan, refused);
 }
 
 }  // namespace

@@ -317,12 +317,12 @@ auto BackwardBinding() {
 
 }  // namespace
 
-Plan PlanForwardOnCurrentGpu(const Problem& problem, PathSet without) {
-  return PlanForward(problem, CurrentGpu(), without);
+Plan PlanForwardOnCurrentGpu(const Problem& problem, PathSet without, Refusals* refused) {
+  return PlanForward(problem, CurrentGpu(), without, refused);
 }
 
-Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without) {
-  return PlanBackward(problem, CurrentGpu(), without);
+Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without, Refusals* refused) {
+  return PlanBackward(problem, CurrentGpu(), without, refused);
 }
 
 // kCmdBufferCompatible: the handlers only launch kernels on the stream, into

@@ -44,11 +44,11 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8ForwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8BackwardCuda);
-// The plans the handlers make on the current GPU, given the paths that
-// GPU_OPS_PLAN_WITHOUT leaves out (with the same occupancy answers and the
-// same GPU_OPS_PLAN_WITHOUT_CLUSTERS setting).
-Plan PlanForwardOnCurrentGpu(const Problem& problem, PathSet without);
-Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without);
+// The plans the handlers make on the current GPU, given the paths left out
+// of the plans (LeaveOutOfPlans; with the same occupancy answers and the same
+// clusters setting), and the paths passed over on the way.
+Plan PlanForwardOnCurrentGpu(const Problem& problem, PathSet without, Refusals* refused);
+Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without, Refusals* refused);
 #endif
 
 }  // namespace gpu_ops

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 
@@ -35,6 +36,17 @@ std::optional<Shape> RowTeamShape(int64_t row_vectors, int max_vectors,
   return std::nullopt;
 }
 
+// Notes in `refused`, where the caller asks, that `path` was passed over,
+// and why.
+std::nullopt_t Refuse(Refusals* refused, Path path, const char* why) {
+  if (refused != nullptr) refused->push_back({path, why});
+  return std::nullopt;
+}
+
+constexpr const char* kLeftOut = "left out of the plans";
+constexpr const char* kNoResidualKernel = "it has no kernel with the residual add";
+constexpr const char* kRowTooLong = "a row is too long for a cluster of blocks";
+
 // The largest cluster up to `limit` that the device runs (1: none).
 int MaxCluster(const DeviceModel& device, int limit = kMaxCluster) {
   return device.Clusters() ? limit : 1;
@@ -53,16 +65,18 @@ int RingBytes(const Shape& shape, int arrays) {
 // Rows of more than 512 vectors keep the other shapes: blocks of 1024
 // threads won for some of them and lost for others.
 std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device,
-                            PathSet without) {
+                            PathSet without, Refusals* refused) {
   const int64_t row_vectors = RowVectors(p);
-  if (Contains(without, Path::kFewRows) || row_vectors > kTeamBlockThreads) {
-    return std::nullopt;
+  if (Contains(without, Path::kFewRows)) return Refuse(refused, Path::kFewRows, kLeftOut);
+  if (row_vectors > kTeamBlockThreads) {
+    return Refuse(refused, Path::kFewRows, "a row has more than 512 vectors of 16 bytes");
   }
   const int team = static_cast<int>(CeilDiv(row_vectors, kWarpSize)) * kWarpSize;
   const Shape one_vector{1, team, 1, 1};
   if (p.rows > device.Resident(Kernel::kFewRowsForward, p.dtype,
                                one_vector, 0)) {
-    return std::nullopt;
+    return Refuse(refused, Path::kFewRows,
+                  "more rows than the GPU holds blocks of a row at once");
   }
   Plan plan;
   plan.path = Path::kFewRows;
@@ -72,19 +86,34 @@ std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device,
 }
 
 // wide: clusters of up to kMaxRowCluster blocks, else of up to kMaxCluster.
+// Why 16-bit rows of more than 512 threads a block do not get a block each
+// (RowForwardKernel), or nullptr where they do.
+const char* NotRowPerBlock(const Problem& p, const Shape& shape, PathSet without) {
+  if (p.residual) return kNoResidualKernel;
+  if (Contains(without, Path::kRowPerBlock)) return kLeftOut;
+  if (ElementBytes(p.dtype) != 2) return "x is not 16-bit";
+  if (shape.cluster != 1) return "a row needs a cluster of blocks";
+  if (shape.team <= kMaxThreads / 2) return "a row takes at most 512 threads";
+  if (p.rows > kMaxGrid) return "more rows than a grid has blocks";
+  return nullptr;
+}
+
 std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
-                                    PathSet without, bool wide) {
+                                    PathSet without, bool wide, Refusals* refused) {
   const std::optional<Shape> shape = RowTeamShape(
       RowVectors(p), kMaxForwardValues / VectorValues(p),
       MaxCluster(device, wide ? kMaxRowCluster : kMaxCluster));
-  if (!shape) return std::nullopt;
+  if (!shape) {
+    for (Path path : {Path::kRowPerBlock, Path::kRowsPerBlock}) Refuse(refused, path, kRowTooLong);
+    return Refuse(refused, Path::kRowTeams, kRowTooLong);
+  }
   Plan plan;
   plan.shape = *shape;
   // 16-bit rows in blocks of more than 512 threads: one row a block, so that
   // an SM holds two blocks (RowForwardKernel).
-  if (!p.residual && !Contains(without, Path::kRowPerBlock) &&
-      ElementBytes(p.dtype) == 2 && shape->cluster == 1 &&
-      shape->team > kMaxThreads / 2 && p.rows <= kMaxGrid) {
+  if (const char* why = NotRowPerBlock(p, *shape, without)) {
+    Refuse(refused, Path::kRowPerBlock, why);
+  } else {
     plan.path = Path::kRowPerBlock;
     plan.groups = p.rows;
     return plan;
@@ -92,8 +121,13 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
   // A block holds a row, and a grid covers all rows: one block per
   // RowsPerBlock rows.
   const int rows_per_block = RowsPerBlock(shape->vectors, p.residual);
-  if (!Contains(without, Path::kRowsPerBlock) && shape->cluster == 1 &&
-      CeilDiv(p.rows, rows_per_block) <= kMaxGrid) {
+  if (Contains(without, Path::kRowsPerBlock)) {
+    Refuse(refused, Path::kRowsPerBlock, kLeftOut);
+  } else if (shape->cluster != 1) {
+    Refuse(refused, Path::kRowsPerBlock, "a row needs a cluster of blocks");
+  } else if (CeilDiv(p.rows, rows_per_block) > kMaxGrid) {
+    Refuse(refused, Path::kRowsPerBlock, "more rows than a grid has blocks");
+  } else {
     plan.path = Path::kRowsPerBlock;
     plan.groups = CeilDiv(p.rows, rows_per_block);
     plan.rows_per_group = rows_per_block;
@@ -101,11 +135,14 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
   }
   // Rows over a cluster (or more rows than a grid's blocks): as many groups
   // as run at once, each working through many rows.
-  if (p.residual || Contains(without, Path::kRowTeams)) return std::nullopt;
+  if (p.residual) return Refuse(refused, Path::kRowTeams, kNoResidualKernel);
+  if (Contains(without, Path::kRowTeams)) return Refuse(refused, Path::kRowTeams, kLeftOut);
   plan.shared_bytes = RingBytes(*shape, 1);
   const int64_t resident = device.Resident(
       Kernel::kRowTeamsForward, p.dtype, *shape, plan.shared_bytes);
-  if (resident < 1) return std::nullopt;
+  if (resident < 1) {
+    return Refuse(refused, Path::kRowTeams, "its blocks and shared memory do not fit an SM");
+  }
   plan.path = Path::kRowTeams;
   plan.groups = std::min(CeilDiv(p.rows, shape->teams), resident);
   return plan;
@@ -113,21 +150,23 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
 
 std::optional<Plan> RowTeamsBackward(const Problem& p,
                                      const DeviceModel& device,
-                                     PathSet without) {
-  if (Contains(without, Path::kRowTeams)) return std::nullopt;
+                                     PathSet without, Refusals* refused) {
+  if (Contains(without, Path::kRowTeams)) return Refuse(refused, Path::kRowTeams, kLeftOut);
   // Rows per team (the kernel counts them in 32 bits).
   const int64_t rows_per_partial = CeilDiv(p.rows, p.num_partials);
-  if (rows_per_partial > std::numeric_limits<int>::max()) return std::nullopt;
+  if (rows_per_partial > std::numeric_limits<int>::max()) {
+    return Refuse(refused, Path::kRowTeams, "more than 2^31 - 1 rows a team");
+  }
   const std::optional<Shape> shape = RowTeamShape(
       RowVectors(p), kMaxBackwardValues / VectorValues(p), MaxCluster(device));
-  if (!shape) return std::nullopt;
+  if (!shape) return Refuse(refused, Path::kRowTeams, kRowTooLong);
   Plan plan;
   plan.path = Path::kRowTeams;
   plan.shape = *shape;
   plan.shared_bytes = RingBytes(*shape, 2);
   if (device.Resident(Kernel::kRowTeamsBackward, p.dtype, *shape,
                       plan.shared_bytes) < 1) {
-    return std::nullopt;
+    return Refuse(refused, Path::kRowTeams, "its blocks and shared memory do not fit an SM");
   }
   plan.groups = CeilDiv(p.num_partials, shape->teams);  // a partial row each
   plan.rows_per_group = rows_per_partial;
@@ -142,20 +181,23 @@ template <typename SharedBytes>
 std::optional<Plan> GridRows(const Problem& p, const DeviceModel& device,
                              Kernel kernel, int max_rows,
                              SharedBytes shared_bytes, int64_t sums_room,
-                             PathSet without) {
-  if (Contains(without, Path::kGridRows) ||
-      p.rows > int64_t{max_rows} * kGridWarps) {
-    return std::nullopt;
+                             PathSet without, Refusals* refused) {
+  constexpr const char* kTooManyRows = "more rows than the grid's threads hold";
+  if (Contains(without, Path::kGridRows)) return Refuse(refused, Path::kGridRows, kLeftOut);
+  if (p.rows > int64_t{max_rows} * kGridWarps) {
+    return Refuse(refused, Path::kGridRows, kTooManyRows);
   }
   for (int columns = kWarpSize; columns <= kGridThreads; columns *= 2) {
     const int rows_per_thread =
         static_cast<int>(CeilDiv(p.rows, kGridThreads / columns));
-    if (rows_per_thread > max_rows) return std::nullopt;
+    if (rows_per_thread > max_rows) return Refuse(refused, Path::kGridRows, kTooManyRows);
     const int64_t blocks = CeilDiv(RowVectors(p), columns);
     const int bytes = shared_bytes(rows_per_thread);
     const Shape shape{1, kGridThreads, 1, rows_per_thread};
     if (blocks > device.Resident(kernel, p.dtype, shape, bytes)) continue;
-    if (sums_room < blocks * p.rows) return std::nullopt;
+    if (sums_room < blocks * p.rows) {
+      return Refuse(refused, Path::kGridRows, "its row sums do not fit the scratch memory");
+    }
     Plan plan;
     plan.path = Path::kGridRows;
     plan.shape = shape;
@@ -164,15 +206,16 @@ std::optional<Plan> GridRows(const Problem& p, const DeviceModel& device,
     plan.columns = columns;
     return plan;
   }
-  return std::nullopt;
+  return Refuse(refused, Path::kGridRows, "the GPU does not hold x at once");
 }
 
 std::optional<Plan> SharedRow(const Problem& p, const DeviceModel& device,
-                              PathSet without) {
+                              PathSet without, Refusals* refused) {
+  if (Contains(without, Path::kSharedRow)) return Refuse(refused, Path::kSharedRow, kLeftOut);
+  if (!device.Clusters()) return Refuse(refused, Path::kSharedRow, "the GPU runs no clusters");
   // Only the long rows it was made for, also where other paths are left out.
-  if (Contains(without, Path::kSharedRow) || !device.Clusters() ||
-      p.row_length <= kSplitRowsAbove) {
-    return std::nullopt;
+  if (p.row_length <= kSplitRowsAbove) {
+    return Refuse(refused, Path::kSharedRow, "rows of at most 4,096 values");
   }
   // The largest cluster, so that the row's parts are small and an SM holds
   // several.
@@ -190,14 +233,15 @@ std::optional<Plan> SharedRow(const Problem& p, const DeviceModel& device,
     plan.groups = std::min(p.rows, resident);
     return plan;
   }
-  return std::nullopt;
+  return Refuse(refused, Path::kSharedRow, "a row does not fit a cluster's shared memory");
 }
 
 // Rows longer than kSplitRowsAbove (shorter ones have no chunk sums).
 std::optional<Plan> SplitRows(const Problem& p, int values_per_thread,
-                              PathSet without) {
-  if (Contains(without, Path::kSplitRows) || p.row_length <= kSplitRowsAbove) {
-    return std::nullopt;
+                              PathSet without, Refusals* refused) {
+  if (Contains(without, Path::kSplitRows)) return Refuse(refused, Path::kSplitRows, kLeftOut);
+  if (p.row_length <= kSplitRowsAbove) {
+    return Refuse(refused, Path::kSplitRows, "rows of at most 4,096 values");
   }
   Plan plan;
   plan.path = Path::kSplitRows;
@@ -229,43 +273,63 @@ int GridBackwardSharedBytes(int rows_per_thread, DType dtype) {
                   kGridThreads * (16 / ElementBytes(dtype)) * static_cast<int>(sizeof(float)));
 }
 
-Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without) {
-  if (!Fast(p)) return Plan{};
-  if (auto plan = FewRows(p, device, without)) return *plan;
-  if (auto plan = RowTeamsForward(p, device, without,
-                                  /*wide=*/p.rows <= kWideClusterRows)) {
-    return *plan;
-  }
-  if (p.residual) return Plan{};  // the general residual kernel takes the rest
-  if (auto plan = GridRows(p, device, Kernel::kGridForward, kMaxGridForwardRows,
-                           GridForwardSharedBytes, p.chunk_sums, without)) {
-    return *plan;
-  }
-  if (auto plan = SharedRow(p, device, without)) return *plan;
-  // Rows that neither the grid kernels nor a cluster's shared memory hold:
-  // clusters of 16 read x once, split rows twice.
-  if (auto plan = RowTeamsForward(p, device, without, /*wide=*/true)) return *plan;
-  if (auto plan = SplitRows(p, kSplitForwardValues, without)) return *plan;
+// The general kernels' plan, each fast path refused for `why`.
+Plan General(std::initializer_list<Path> paths, const char* why, Refusals* refused) {
+  for (Path path : paths) Refuse(refused, path, why);
   return Plan{};
 }
 
-Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without) {
-  if (!Fast(p) || p.num_partials < 1) return Plan{};
-  if (auto plan = RowTeamsBackward(p, device, without)) return *plan;
+constexpr const char* kNotFast =
+    "the fast kernels take one float16, bfloat16 or float32 dtype, rows of whole "
+    "16-byte vectors and aligned buffers";
+
+Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
+                 Refusals* refused) {
+  if (!Fast(p)) {
+    return General({Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock, Path::kRowTeams,
+                    Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kNotFast, refused);
+  }
+  if (auto plan = FewRows(p, device, without, refused)) return *plan;
+  if (auto plan = RowTeamsForward(p, device, without,
+                                  /*wide=*/p.rows <= kWideClusterRows, refused)) {
+    return *plan;
+  }
+  if (p.residual) {  // the general residual kernel takes the rest
+    return General({Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kNoResidualKernel,
+                   refused);
+  }
+  if (auto plan = GridRows(p, device, Kernel::kGridForward, kMaxGridForwardRows,
+                           GridForwardSharedBytes, p.chunk_sums, without, refused)) {
+    return *plan;
+  }
+  if (auto plan = SharedRow(p, device, without, refused)) return *plan;
+  // Rows that neither the grid kernels nor a cluster's shared memory hold:
+  // clusters of 16 read x once, split rows twice.
+  if (auto plan = RowTeamsForward(p, device, without, /*wide=*/true, refused)) return *plan;
+  if (auto plan = SplitRows(p, kSplitForwardValues, without, refused)) return *plan;
+  return Plan{};
+}
+
+Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without,
+                  Refusals* refused) {
+  if (!Fast(p) || p.num_partials < 1) {
+    return General({Path::kRowTeams, Path::kGridRows, Path::kSplitRows}, kNotFast, refused);
+  }
+  if (auto plan = RowTeamsBackward(p, device, without, refused)) return *plan;
   const auto backward_bytes = [&](int rows_per_thread) {
     return GridBackwardSharedBytes(rows_per_thread, p.dtype);
   };
   // The grid backward takes only the long rows it was made for (the
   // forward's need chunk sums, which only such rows have), also where other
   // paths are left out.
-  if (p.row_length > kSplitRowsAbove) {
-    if (auto plan = GridRows(p, device, Kernel::kGridBackward, kMaxGridRows,
-                             backward_bytes, p.num_partials * p.row_length,
-                             without)) {
-      return *plan;
-    }
+  if (p.row_length <= kSplitRowsAbove) {
+    Refuse(refused, Path::kGridRows, "rows of at most 4,096 values");
+  } else if (auto plan = GridRows(p, device, Kernel::kGridBackward, kMaxGridRows,
+                                  backward_bytes, p.num_partials * p.row_length,
+                                  without, refused)) {
+    return *plan;
   }
-  if (auto plan = SplitRows(p, kSplitBackwardValues, without)) {
+  if (auto plan = SplitRows(p, kSplitBackwardValues, without, refused)) {
     plan->segments = std::min(p.num_partials,
                               std::max<int64_t>(1, p.rows / kRowsPerSegment));
     plan->groups = plan->segments * plan->chunks;

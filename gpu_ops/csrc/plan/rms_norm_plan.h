@@ -41,6 +41,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gpu_ops {
 
@@ -199,10 +200,19 @@ inline bool Contains(PathSet paths, Path path) {
   return (paths >> static_cast<int>(path)) & 1u;
 }
 
+// A path the planner tried and passed over, and why: what
+// kernel_plans.kernel_plan reports beside the plan. The handlers do not ask
+// (nullptr), so planning a call stays free of allocations.
+struct Refusal {
+  Path path;
+  const char* why;
+};
+using Refusals = std::vector<Refusal>;
+
 Plan PlanForward(const Problem& problem, const DeviceModel& device,
-                 PathSet without = 0);
+                 PathSet without = 0, Refusals* refused = nullptr);
 Plan PlanBackward(const Problem& problem, const DeviceModel& device,
-                  PathSet without = 0);
+                  PathSet without = 0, Refusals* refused = nullptr);
 
 const char* PathName(Path path);
 
