@@ -85,7 +85,6 @@ std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device,
   return plan;
 }
 
-// wide: clusters of up to kMaxRowCluster blocks, else of up to kMaxCluster.
 // Why 16-bit rows of more than 512 threads a block do not get a block each
 // (RowForwardKernel), or nullptr where they do.
 const char* NotRowPerBlock(const Problem& p, const Shape& shape, PathSet without) {
@@ -98,6 +97,7 @@ const char* NotRowPerBlock(const Problem& p, const Shape& shape, PathSet without
   return nullptr;
 }
 
+// wide: clusters of up to kMaxRowCluster blocks, else of up to kMaxCluster.
 std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
                                     PathSet without, bool wide, Refusals* refused) {
   const std::optional<Shape> shape = RowTeamShape(
