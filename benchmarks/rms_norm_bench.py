@@ -90,6 +90,7 @@ MODEL_IMPLS = ("gpu_ops", "xla")
 #: from one row to 64 MB of x: to measure each path against the one the
 #: planner takes without it (--compare-paths --cases paths).
 PATH_CASES = [
+    ("bfloat16", 262_144, 128),  # short rows (a QK-norm)
     ("bfloat16", 1, 4_096), ("bfloat16", 512, 1_024),  # few rows
     ("bfloat16", 16_384, 1_024),  # rows a block holds
     ("bfloat16", 2_048, 16_384),  # a row a 1024-thread block

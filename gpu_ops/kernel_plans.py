@@ -75,9 +75,12 @@ def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None
     rows, row_length = math.prod(shape[:-1]), shape[-1]
     dtype = check_dtype("dtype", dtype, "kernel_plan")
     dtype_name = dtype.name
-    if (weight_dtype is not None
-            and check_dtype("weight_dtype", weight_dtype, "kernel_plan") != dtype):
-        dtype_name = "mixed"  # the fast kernels take one dtype only
+    if weight_dtype is not None:
+        weight_dtype = check_dtype("weight_dtype", weight_dtype, "kernel_plan")
+        if weight_dtype != dtype:
+            # The short-row kernels take 16-bit x with a float32 weight; the
+            # other fast kernels, one dtype only.
+            dtype_name = f"{dtype.name}/{weight_dtype.name}"
     return _native.plan(direction, rows, row_length, dtype_name, gpu, ",".join(without),
                         bool(residual))
 

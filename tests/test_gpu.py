@@ -97,7 +97,9 @@ def test_more_than_two_to_the_31_elements():
 
 # Shapes that together take every kernel path of the planner
 # (gpu_ops/csrc/plan/rms_norm_plan.h) in each direction, on a GPU with clusters and
-# without: 67 rows are few (a block per row, a thread per 16-byte vector),
+# without: rows of up to 256 values take a group of a warp's lanes each (of
+# 262,147 such rows, the backward's blocks go through them several times);
+# 67 rows are few (a block per row, a thread per 16-byte vector),
 # 4,099 are not; 16-bit rows of 16,384 take a 1024-thread block each; rows
 # of 65,536 take a cluster; the seed's 32 x 262,144 fits the whole GPU at once
 # (the grid kernels), as do 3 rows of 131,080, whose last chunk is cut short
@@ -107,7 +109,8 @@ def test_more_than_two_to_the_31_elements():
 # split over many blocks; and rows the fast
 # kernels do not cover (not whole 16-byte vectors, float64) take the general
 # ones (rms_norm_general.cu).
-PATH_CASES = [((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
+PATH_CASES = [((262_147, 128), jnp.bfloat16), ((67, 200), jnp.float32),
+              ((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
               ((1_001, 16_384), jnp.bfloat16), ((67, 65_536), jnp.bfloat16),
               ((32, 262_144), jnp.bfloat16), ((3, 131_080), jnp.bfloat16),
               ((67, 131_080), jnp.bfloat16), ((67, 262_144), jnp.float32),
@@ -148,12 +151,13 @@ def test_the_path_cases_take_every_path():
     taken = {direction: {kernel_plan(direction, shape, dtype)["path"]
                          for shape, dtype in PATH_CASES}
              for direction in ("forward", "backward")}
-    forward = {"few_rows", "row_per_block", "rows_per_block", "row_teams", "grid_rows",
+    forward = {"short_rows", "few_rows", "row_per_block", "rows_per_block", "row_teams", "grid_rows",
                "shared_row", "split_rows", "general"}
     if not clusters_planned():  # row teams of one block need more rows than a grid has blocks
         forward -= {"shared_row", "row_teams"}
     assert taken == {"forward": forward,
-                     "backward": {"row_teams", "grid_rows", "split_rows", "general"}}
+                     "backward": {"short_rows", "row_teams", "grid_rows", "split_rows",
+                                  "general"}}
     clusters = {kernel_plan(direction, shape, dtype)["cluster"]
                 for shape, dtype in PATH_CASES for direction in ("forward", "backward")}
     assert (max(clusters) > 1) == clusters_planned()
@@ -221,6 +225,18 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
     # as the benchmarks do to measure what each specialised path gains.
     run_path_cases({WITHOUT_PATHS: "few_rows,row_per_block,rows_per_block,grid_rows,"
                                    "shared_row"}, "test_kernel_path")
+
+
+# A float32 weight of 16-bit x, the QK-norm of a model that keeps its
+# weights in float32: the short-row kernels take it (y, dy and the weight
+# gradient float32, dx 16-bit), in few rows, and in rows the backward's
+# blocks go through more than once.
+@pytest.mark.parametrize("shape", [(5, 16, 128), (40_009, 64), (4_099, 256)])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_short_rows_with_a_float32_weight(shape, dtype):
+    x, weight, dy = random_inputs(shape, jnp.float32, seed=5)
+    assert kernel_plan("backward", shape, dtype, weight_dtype=jnp.float32)["path"] == "short_rows"
+    reference.check_op(gpu_ops.rms_norm, x.astype(dtype), weight, dy)
 
 
 # Rows just longer than those the split-row and grid kernels leave to the

@@ -6,6 +6,7 @@ within the GPU's limits. tests/test_gpu.py runs every path on a real GPU.
 """
 
 import importlib.util
+import math
 import pathlib
 
 import hypothesis
@@ -33,6 +34,12 @@ CLASSES = [
     ((32, 512 * 512), jnp.bfloat16, ("grid_rows", "grid_rows"), ("split_rows", "split_rows")),
     ((1_024, 512 * 512), jnp.bfloat16, ("shared_row", "split_rows"),
      ("split_rows", "split_rows")),
+    # QK-norm rows (head_dim 64 to 256), from decoding to training
+    ((32, 128), jnp.bfloat16, ("short_rows", "short_rows"), ("short_rows", "short_rows")),
+    ((262_144, 128), jnp.bfloat16, ("short_rows", "short_rows"),
+     ("short_rows", "short_rows")),
+    ((16_384, 256), jnp.float32, ("short_rows", "short_rows"), ("short_rows", "short_rows")),
+    ((65_536, 64), jnp.float16, ("short_rows", "short_rows"), ("short_rows", "short_rows")),
     ((67, 1_024), jnp.float64, ("general", "general"), ("general", "general")),
     ((67, 6), jnp.float32, ("general", "general"), ("general", "general")),
 ]
@@ -103,6 +110,15 @@ def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
             assert plan["groups"] >= 1
         else:
             assert plan["groups"] * teams * max(1, plan["rows_per_group"]) >= rows
+    elif path == "short_rows":
+        # a group of lanes of a warp a row, 8 values a lane
+        assert team in (8, 16, 32) and team * teams == 256 and cluster == 1
+        assert team * 8 >= row_length and row_length % 8 == 0
+        assert plan["rows_per_group"] == teams * (4 if direction == "forward" else 2)
+        if direction == "forward":  # each block its rows; the backward's go on
+            assert plan["groups"] * plan["rows_per_group"] >= rows
+        else:
+            assert plan["groups"] <= math.ceil(rows / plan["rows_per_group"])
     elif path == "grid_rows":
         assert plan["groups"] * plan["columns"] * values >= row_length
         assert vectors * (1024 // plan["columns"]) >= rows  # rows a thread x row groups
@@ -250,12 +266,13 @@ def test_the_sanitizer_workload_takes_every_path_on_an_h100():
             plan = kernel_plan(direction, shape, x_dtype, H100, weight_dtype=w_dtype)
             cluster = plan["cluster"]
             taken.add((plan["path"], "none" if cluster == 1 else "wide" if cluster > 8 else "some"))
-        every = {("few_rows", "none"), ("row_per_block", "none"), ("rows_per_block", "none"),
+        every = {("short_rows", "none"), ("few_rows", "none"), ("row_per_block", "none"),
+                 ("rows_per_block", "none"),
                  ("row_teams", "some"), ("row_teams", "wide"), ("grid_rows", "none"),
                  ("shared_row", "some"), ("split_rows", "none"), ("general", "none")}
         if direction == "backward":
-            every = {("row_teams", "none"), ("row_teams", "some"), ("grid_rows", "none"),
-                     ("split_rows", "none"), ("general", "none")}
+            every = {("short_rows", "none"), ("row_teams", "none"), ("row_teams", "some"),
+                     ("grid_rows", "none"), ("split_rows", "none"), ("general", "none")}
         assert taken == every, direction
     with_residual = {kernel_plan("forward", shape, x_dtype, H100, weight_dtype=w_dtype,
                                  residual=True)["path"]
@@ -263,11 +280,22 @@ def test_the_sanitizer_workload_takes_every_path_on_an_h100():
     assert with_residual == {"few_rows", "rows_per_block", "general"}
 
 
-def test_mixed_dtypes_take_the_general_kernels():
-    plan = kernel_plan("forward", (8, 1_024), jnp.bfloat16, H100, weight_dtype=jnp.float32)
-    assert plan["path"] == "general"
-    same = kernel_plan("forward", (8, 1_024), jnp.bfloat16, H100, weight_dtype=jnp.bfloat16)
-    assert same["path"] != "general"
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_mixed_dtypes_take_the_short_rows_or_the_general_kernels(direction):
+    # A float32 weight of 16-bit x: the short-row kernels take it, the others
+    # take one dtype.
+    for x_dtype in (jnp.bfloat16, jnp.float16):
+        short = kernel_plan(direction, (8, 128), x_dtype, H100, weight_dtype=jnp.float32)
+        assert short["path"] == "short_rows"
+        plan = kernel_plan(direction, (8, 1_024), x_dtype, H100, weight_dtype=jnp.float32)
+        assert plan["path"] == "general"
+        assert ("short_rows", "rows of more than 256 values") in plan["refused"]
+        same = kernel_plan(direction, (8, 1_024), x_dtype, H100, weight_dtype=x_dtype)
+        assert same["path"] != "general"
+    # other pairs: the general kernels
+    for x_dtype, w_dtype in ((jnp.float32, jnp.bfloat16), (jnp.bfloat16, jnp.float16)):
+        plan = kernel_plan(direction, (8, 128), x_dtype, H100, weight_dtype=w_dtype)
+        assert plan["path"] == "general"
 
 
 @pytest.mark.parametrize("row_length", [1_024, 4_096])
@@ -327,11 +355,12 @@ def test_a_plan_says_why_it_passed_over_the_paths_before_it():
     plan = kernel_plan("forward", (8192, 4096), "bfloat16", H100)
     assert plan["path"] == "rows_per_block"
     assert plan["refused"] == [
+        ("short_rows", "rows of more than 256 values"),
         ("few_rows", "more rows than the GPU holds blocks of a row at once"),
         ("row_per_block", "a row takes at most 512 threads")]
     left_out = kernel_plan("forward", (8192, 4096), "bfloat16", H100, without=("few_rows",))
     assert left_out["path"] == "rows_per_block"
-    assert left_out["refused"][0] == ("few_rows", "left out of the plans")
+    assert left_out["refused"][1] == ("few_rows", "left out of the plans")
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])
@@ -340,13 +369,14 @@ def test_the_general_kernels_come_with_why_no_fast_one_took_the_rows(direction):
     assert plan["path"] == "general"
     refused = [path for path, _ in plan["refused"]]
     assert set(refused) == {p for p in PATHS if p != "general" and (
-        direction == "forward" or p in ("row_teams", "grid_rows", "split_rows"))}
+        direction == "forward" or p in ("short_rows", "row_teams", "grid_rows", "split_rows"))}
     assert all("16-byte vectors" in why for _, why in plan["refused"])
 
 
 @pytest.mark.parametrize("gpu", [H100, A100], ids=lambda g: g.name)
 @pytest.mark.parametrize("direction", ["forward", "backward"])
-@pytest.mark.parametrize("shape", [(1, 4096), (512, 1024), (16384, 16384), (64, 65536),
+@pytest.mark.parametrize("shape", [(262144, 128), (1, 4096), (512, 1024), (16384, 16384),
+                                   (64, 65536),
                                    (32, 262144), (64, 524288)])
 def test_without_its_path_a_plan_refuses_the_same_paths_then_that_one(gpu, direction, shape):
     plan = kernel_plan(direction, shape, "bfloat16", gpu)

@@ -11,7 +11,9 @@ import gpu_ops
 # (shape, x dtype, weight dtype): together they take every kernel path, in
 # both directions, on an H100 (tests/test_kernel_plans.py checks it with the
 # planner), including the edges of each: mixed dtypes and rows of part
-# vectors (the seed's kernels); few rows; more rows than the GPU holds
+# vectors (the seed's kernels); short rows (lanes past a row's end, a float32
+# weight of bfloat16 x, backward blocks that go through the rows more than
+# once); few rows; more rows than the GPU holds
 # blocks of one row for (blocks of several rows, and backward teams that
 # loop through their ring); 16-bit rows taking a 1024-thread block each;
 # rows over a cluster of blocks, of 16 for a few long rows; the grid kernels with a last group of rows
@@ -23,6 +25,9 @@ CASES = [
     ((300, 1000), jnp.float16, jnp.bfloat16),
     ((2, 4, 512, 4), jnp.bfloat16, jnp.bfloat16),
     ((0, 16), jnp.float32, jnp.float32),
+    ((1000, 128), jnp.float16, jnp.float16),
+    ((7, 200), jnp.float32, jnp.float32),
+    ((40_009, 64), jnp.bfloat16, jnp.float32),
     ((67, 1024), jnp.bfloat16, jnp.bfloat16),
     ((9, 2048), jnp.float32, jnp.float32),
     ((40_009, 1024), jnp.bfloat16, jnp.bfloat16),

@@ -61,13 +61,20 @@ py::dict Targets() {
   return targets;
 }
 
-// The operands of a call on (rows, row_length) x and weight of `dtype`, with
-// the scratch the lowering gives it (XLA's buffers are 16-byte aligned).
-gpu_ops::Problem CallProblem(int64_t rows, int64_t row_length,
-                             const std::string& dtype) {
+// The operands of a call on (rows, row_length) x and weight of `dtype`
+// (x's, or "<x's>/float32" for a float32 weight), with the scratch the
+// lowering gives it (XLA's buffers are 16-byte aligned).
+gpu_ops::Problem CallProblem(int64_t rows, int64_t row_length, std::string dtype) {
   gpu_ops::Problem problem{rows, row_length, true, gpu_ops::DType::kFloat32,
                            gpu_ops::ChunkSumsLength(rows, row_length),
                            gpu_ops::DweightPartialRows(rows, row_length)};
+  constexpr const char* kFloat32Weight = "/float32";
+  const size_t slash = dtype.find('/');
+  if (slash != std::string::npos && dtype.substr(slash) == kFloat32Weight) {
+    dtype.resize(slash);
+    problem.float32_weight = dtype == "float16" || dtype == "bfloat16";
+    problem.fast_dtypes = problem.float32_weight;
+  }
   if (dtype == "float16") {
     problem.dtype = gpu_ops::DType::kFloat16;
   } else if (dtype == "bfloat16") {

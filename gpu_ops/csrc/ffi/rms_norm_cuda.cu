@@ -38,6 +38,8 @@ class CurrentGpu final : public DeviceModel {
         return GridRowsResident(kernel, dtype, shape, shared_bytes);
       case Kernel::kSharedRowForward:
         return SharedRowResident(dtype, shape, shared_bytes);
+      case Kernel::kShortRowsBackward:
+        return ShortRowsResident(dtype, shape);
     }
     return 0;
   }
@@ -46,6 +48,7 @@ class CurrentGpu final : public DeviceModel {
 ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
                          const ForwardBuffers& b, RowGeometry g, double eps) {
   switch (plan.path) {
+    case Path::kShortRows: return LaunchShortRowsForward(stream, plan, b, g, eps);
     case Path::kFewRows:
     case Path::kRowPerBlock:
     case Path::kRowsPerBlock:
@@ -62,6 +65,7 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
 ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
                           const BackwardBuffers& b, RowGeometry g) {
   switch (plan.path) {
+    case Path::kShortRows: return LaunchShortRowsBackward(stream, plan, b, g);
     case Path::kRowTeams: return LaunchRowTeamsBackward(stream, plan, b, g);
     case Path::kGridRows: return LaunchGridRowsBackward(stream, plan, b, g);
     case Path::kSplitRows: return LaunchSplitRowsBackward(stream, plan, b, g);
@@ -100,9 +104,10 @@ ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   if (auto err = CheckChunkSums(*chunk_sums, g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
   const ForwardBuffers buffers{x, w, *y, *inv_rms, *chunk_sums};
-  const Problem problem{g.rows, g.row_length, FastBuffers(x, w, *y, *inv_rms),
-                        PlanDType(x.element_type()),
-                        static_cast<int64_t>(chunk_sums->element_count()), 0};
+  Problem problem{g.rows, g.row_length, FastBuffers(x, w, *y, *inv_rms),
+                  PlanDType(x.element_type()),
+                  static_cast<int64_t>(chunk_sums->element_count()), 0};
+  problem.float32_weight = Float32Weight(x, w);
   return LaunchForward(stream, PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans()),
                        buffers, g, eps);
 }
@@ -127,13 +132,14 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
   if (g.rows == 0) return ClearWeightGradient(stream, *dw);
   const BackwardBuffers buffers{dy,  inv_rms, x,        w,
                                 *dx, *dw,     *partials, *chunk_sums};
-  const Problem problem{
+  Problem problem{
       g.rows, g.row_length,
       FastBuffers(x, w, dy, inv_rms, *dx, *dw, *partials) &&
           partials->element_type() == ffi::DataType::F32,
       PlanDType(x.element_type()),
       static_cast<int64_t>(chunk_sums->element_count()),
       partials->dimensions()[0]};
+  problem.float32_weight = Float32Weight(x, w);
   return LaunchBackward(stream, PlanBackward(problem, CurrentGpu(), PathsLeftOutOfPlans()),
                         buffers, g);
 }

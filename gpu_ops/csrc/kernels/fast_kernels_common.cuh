@@ -554,16 +554,25 @@ inline bool Aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// Whether x is 16-bit and the weight float32 (Problem::float32_weight).
+inline bool Float32Weight(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w) {
+  const ffi::DataType t = x.element_type();
+  return (t == ffi::DataType::F16 || t == ffi::DataType::BF16) &&
+         w.element_type() == ffi::DataType::F32;
+}
+
 // Whether x, the weight and `buffers` share one of the fast kernels' dtypes
-// and start on 16-byte boundaries (the planner's Problem::fast_dtypes).
+// (or x is 16-bit and the weight float32) and start on 16-byte boundaries
+// (the planner's Problem::fast_dtypes).
 template <typename... Buffers>
 bool FastBuffers(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
                  const Buffers&... buffers) {
   const ffi::DataType t = x.element_type();
   const bool fast_type = t == ffi::DataType::F16 || t == ffi::DataType::BF16 ||
                          t == ffi::DataType::F32;
-  return fast_type && w.element_type() == t && Aligned16(x.untyped_data()) &&
-         Aligned16(w.untyped_data()) && (Aligned16(buffers.untyped_data()) && ...);
+  return fast_type && (w.element_type() == t || Float32Weight(x, w)) &&
+         Aligned16(x.untyped_data()) && Aligned16(w.untyped_data()) &&
+         (Aligned16(buffers.untyped_data()) && ...);
 }
 
 inline DType PlanDType(ffi::DataType t) {

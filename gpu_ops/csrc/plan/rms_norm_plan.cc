@@ -85,6 +85,44 @@ std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device,
   return plan;
 }
 
+// Rows of at most kShortRowValues values, in whole groups of
+// kShortRowLaneValues: a group of lanes of a warp a row (the fewest lanes,
+// from kShortRowsMinLanes, that hold it), so that a block's warps all load
+// and none waits at a barrier for a row's sum. The forward's blocks each take
+// their rows in one go; the backward's, no more than the GPU holds at once
+// and at most one per row of the weight-gradient scratch, go through the rows
+// a grid's width apart, adding up the weight gradient as they go.
+std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool forward,
+                              PathSet without, Refusals* refused) {
+  if (Contains(without, Path::kShortRows)) return Refuse(refused, Path::kShortRows, kLeftOut);
+  if (p.row_length > kShortRowValues) {
+    return Refuse(refused, Path::kShortRows, "rows of more than 256 values");
+  }
+  if (p.row_length % kShortRowLaneValues != 0) {
+    return Refuse(refused, Path::kShortRows, "rows not of whole groups of 8 values");
+  }
+  if (p.residual) return Refuse(refused, Path::kShortRows, kNoResidualKernel);
+  int lanes = kShortRowsMinLanes;
+  while (lanes * kShortRowLaneValues < p.row_length) lanes *= 2;
+  Plan plan;
+  plan.path = Path::kShortRows;
+  plan.shape = Shape{1, lanes, kShortRowsThreads / lanes,
+                     kShortRowLaneValues * ElementBytes(p.dtype) / 16};
+  plan.rows_per_group =
+      int64_t{plan.shape.teams} * (forward ? kShortRowsForwardRows : kShortRowsBackwardRows);
+  plan.groups = CeilDiv(p.rows, plan.rows_per_group);
+  if (forward) {
+    if (plan.groups > kMaxGrid) {
+      return Refuse(refused, Path::kShortRows, "more rows than a grid has blocks");
+    }
+    return plan;
+  }
+  const int64_t resident = device.Resident(Kernel::kShortRowsBackward, p.dtype, plan.shape, 0);
+  if (resident < 1) return Refuse(refused, Path::kShortRows, "its blocks do not fit an SM");
+  plan.groups = std::min({plan.groups, resident, p.num_partials});
+  return plan;
+}
+
 // Why 16-bit rows of more than 512 threads a block do not get a block each
 // (RowForwardKernel), or nullptr where they do.
 const char* NotRowPerBlock(const Problem& p, const Shape& shape, PathSet without) {
@@ -255,9 +293,13 @@ std::optional<Plan> SplitRows(const Problem& p, int values_per_thread,
 // Whether the fast kernels take the problem at all.
 bool Fast(const Problem& p) {
   if (!p.fast_dtypes || p.rows < 1) return false;
+  if (p.float32_weight && ElementBytes(p.dtype) != 2) return false;
   return p.row_length % VectorValues(p) == 0 &&
          RowVectors(p) <= std::numeric_limits<int>::max();
 }
+
+constexpr const char* kOneDType =
+    "x is 16-bit and the weight float32, which only short rows take";
 
 }  // namespace
 
@@ -286,8 +328,13 @@ constexpr const char* kNotFast =
 Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
                  Refusals* refused) {
   if (!Fast(p)) {
-    return General({Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock, Path::kRowTeams,
+    return General({Path::kShortRows, Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock, Path::kRowTeams,
                     Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kNotFast, refused);
+  }
+  if (auto plan = ShortRows(p, device, /*forward=*/true, without, refused)) return *plan;
+  if (p.float32_weight) {
+    return General({Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock, Path::kRowTeams,
+                    Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kOneDType, refused);
   }
   if (auto plan = FewRows(p, device, without, refused)) return *plan;
   if (auto plan = RowTeamsForward(p, device, without,
@@ -313,7 +360,12 @@ Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
 Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without,
                   Refusals* refused) {
   if (!Fast(p) || p.num_partials < 1) {
-    return General({Path::kRowTeams, Path::kGridRows, Path::kSplitRows}, kNotFast, refused);
+    return General({Path::kShortRows, Path::kRowTeams, Path::kGridRows, Path::kSplitRows},
+                   kNotFast, refused);
+  }
+  if (auto plan = ShortRows(p, device, /*forward=*/false, without, refused)) return *plan;
+  if (p.float32_weight) {
+    return General({Path::kRowTeams, Path::kGridRows, Path::kSplitRows}, kOneDType, refused);
   }
   if (auto plan = RowTeamsBackward(p, device, without, refused)) return *plan;
   const auto backward_bytes = [&](int rows_per_thread) {
@@ -340,6 +392,7 @@ Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without,
 
 const char* PathName(Path path) {
   switch (path) {
+    case Path::kShortRows: return "short_rows";
     case Path::kFewRows: return "few_rows";
     case Path::kRowPerBlock: return "row_per_block";
     case Path::kRowsPerBlock: return "rows_per_block";

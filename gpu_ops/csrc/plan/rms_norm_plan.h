@@ -12,6 +12,10 @@
 //
 // The paths, in the order the planner tries them:
 // forward
+//   kShortRows    rows of at most kShortRowValues values (a QK-norm's
+//                 head_dim): a group of 8 to 32 lanes of a warp a row, 8
+//                 values a lane, so a warp holds several rows; it alone
+//                 takes 16-bit x with a float32 weight (rms_norm_short_rows.cu);
 //   kFewRows      a block per row and a thread per 16-byte vector, when the
 //                 GPU holds every row's block at once (rms_norm_fast.cu);
 //   kRowPerBlock  16-bit rows of more than 512 vectors: a row a block, two
@@ -31,8 +35,8 @@
 //   kGeneral      what the fast kernels do not take (other dtypes, rows not
 //                 of whole 16-byte vectors, unaligned buffers): the general
 //                 kernels (rms_norm_general.cu).
-// backward: kRowTeams (rows a team or cluster holds), kGridRows, kSplitRows
-// and kGeneral, likewise.
+// backward: kShortRows, kRowTeams (rows a team or cluster holds), kGridRows,
+// kSplitRows and kGeneral, likewise.
 // forward with a residual add (Problem::residual): kFewRows and
 // kRowsPerBlock; kGeneral runs the general kernel with the residual add
 // (rms_norm_general.cu).
@@ -110,6 +114,17 @@ constexpr int kMaxSharedRowVectors = 8;
 // writing and adding up the partial sums stays small beside the rows.
 constexpr int64_t kRowsPerSegment = 8;
 
+// Short rows (rms_norm_short_rows.cu): blocks of kShortRowsThreads threads,
+// a row to a group of lanes of a warp, kShortRowLaneValues values a lane.
+// Each thread keeps the loads of kShortRowsForwardRows rows (forward) or of
+// dy's and x's vectors of kShortRowsBackwardRows rows (backward) in flight.
+constexpr int kShortRowsThreads = 256;
+constexpr int kShortRowLaneValues = 8;
+constexpr int64_t kShortRowValues = kWarpSize * kShortRowLaneValues;
+constexpr int kShortRowsMinLanes = 8;
+constexpr int kShortRowsForwardRows = 4;
+constexpr int kShortRowsBackwardRows = 2;
+
 // How a row is spread over threads.
 struct Shape {
   int cluster;  // blocks per row (1: no cluster)
@@ -131,6 +146,7 @@ enum class Kernel {
   kGridForward,       // GridForwardKernel<T>
   kGridBackward,      // GridBackwardKernel<T>
   kSharedRowForward,  // SharedRowForwardKernel<T>
+  kShortRowsBackward,  // ShortRowsBackwardKernel<T, W, lanes>
 };
 
 // What the planner needs to know about a GPU.
@@ -152,19 +168,24 @@ struct Problem {
   int64_t rows;
   int64_t row_length;
   // x, the weight and the results share one float16, bfloat16 or float32
-  // dtype, `dtype`, and their buffers start on 16-byte boundaries; else only
-  // the general kernels take them.
+  // dtype, `dtype` (or x is 16-bit and the weight float32: float32_weight),
+  // and their buffers start on 16-byte boundaries; else only the general
+  // kernels take them.
   bool fast_dtypes;
-  DType dtype;
+  DType dtype;  // x's
   int64_t chunk_sums;    // floats of the chunk_sums scratch (cuda_scratch.h)
   int64_t num_partials;  // rows of the weight-gradient scratch (backward)
   // The forward adds a residual to x first: only kFewRows and kRowsPerBlock
   // have kernels for it, and kGeneral's residual kernel takes the other
   // rows.
   bool residual = false;
+  // x is 16-bit and the weight (so y, dy and the weight gradient) float32:
+  // only kShortRows and the general kernels take that.
+  bool float32_weight = false;
 };
 
 enum class Path {
+  kShortRows,
   kFewRows,
   kRowPerBlock,
   kRowsPerBlock,
@@ -176,7 +197,9 @@ enum class Path {
 };
 
 // A launch: `groups` blocks (or clusters) of `shape`, with `shared_bytes` of
-// dynamic shared memory each. Grid rows: `columns` vector columns a block,
+// dynamic shared memory each. Short rows: shape.team lanes a row,
+// shape.teams rows a block at once, `rows_per_group` rows a block in one
+// go (the backward's blocks go on to the next rows a grid's width further). Grid rows: `columns` vector columns a block,
 // shape.vectors rows a thread. Split rows: `chunks` blocks a row, and in the
 // backward `segments` row segments. Row teams backward: each group adds up
 // the weight gradient of `rows_per_group` rows.
