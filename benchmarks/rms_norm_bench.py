@@ -114,7 +114,11 @@ def xla_rms_norm(x, weight, eps=1e-5):
 #: Where each device's latest results file lives.
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 CHAIN = 20  # ops per jitted call, at least
-MAX_CHAIN = 200
+#: Unrolled, a chain compiles in about its length times a step's time: the
+#: forward + backward of a few kilobytes, 200 times over, took XLA about 10 s
+#: to compile, where 64 such ops still keep the GPU busier than the host's
+#: calls do.
+MAX_CHAIN = 64
 MIN_CALL_SECONDS = 1e-3
 MIN_RUN_SECONDS = 20e-3
 #: No op on a GPU takes less: launching a kernel alone costs about this. Below
@@ -400,6 +404,27 @@ def commit():
         return os.environ.get("GPU_OPS_COMMIT", "unknown")
 
 
+def join_parts(parts, out, cases_name):
+    """Writes the records of the --part files `parts`, which must be of one
+    run and measure no case twice, to `out` (default: the device's results
+    file of `cases_name`), in the order of the cases."""
+    records = [r for part in parts for r in json.loads(part.read_text())]
+    identities = {(r["device"], r["jax_version"], r["commit"]) for r in records}
+    if len(identities) != 1:
+        raise SystemExit(f"--join: the parts are of {len(identities)} runs, not one: "
+                         f"{sorted(identities)}")
+    keys = [(r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]) for r in records]
+    if len(set(keys)) != len(keys):
+        raise SystemExit("--join: a case is measured in more than one part")
+    order = {case: i for i, case in enumerate({"model": MODEL_CASES, "paths": PATH_CASES,
+                                               "main": GPU_CASES}[cases_name])}
+    records.sort(key=lambda r: order.get((r["dtype"], r["rows"], r["row_len"]), len(order)))
+    prefix = "model_shapes_" if cases_name == "model" else ""
+    out = out or RESULTS / f"{prefix}{device_slug(records[0]['device'])}.json"
+    out.write_text(json.dumps(records, indent=1) + "\n")
+    print(f"wrote {len(records)} records of {len(parts)} parts to {out}")
+
+
 def device_slug(kind):
     return "".join(c if c.isalnum() else "-" for c in kind.lower()).strip("-")
 
@@ -434,11 +459,23 @@ def main(argv=None):
                         help="time each kernel path against the one the planner takes without "
                              "it, over the cases that take it (path_comparison.py; on a GPU, "
                              "with --out)")
+    parser.add_argument("--part", metavar="I/N",
+                        help="measure every N-th case from the I-th (counting from 0), with "
+                             "--out: one of N processes that share a run, each on a GPU of its "
+                             "own (CUDA_VISIBLE_DEVICES), whose files --join makes one")
+    parser.add_argument("--join", nargs="+", type=pathlib.Path, metavar="PART",
+                        help="write the records of these --part files, of one run (device, "
+                             "JAX version, commit), as one results file (--out, or the "
+                             "device's), in the order of the cases; measures nothing")
     parser.add_argument("--resume", action="store_true",
                         help="keep the whole cases that a run like this one (same commit, JAX "
                              "and plan setting) left in the output file and measure the rest "
                              "(a full run can outlast one call to a GPU machine)")
     args = parser.parse_args(argv)
+    if args.join:
+        return join_parts(args.join, args.out, args.cases)
+    if args.part and not args.out:
+        parser.error("--part measures part of the cases: give --out (then --join the parts)")
     if args.impl and not args.out:
         parser.error("--impl times part of the implementations: give --out, so the results file stays whole")
     if args.without:
@@ -461,7 +498,8 @@ def main(argv=None):
         # Its runs are processes of their own, which need the GPU's memory.
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     on_gpu = jax.default_backend() == "gpu"
-    if (on_gpu and not args.compare_paths and "apex_seed" in (args.impl or ["apex_seed"])
+    timed_impls = args.impl or (list(MODEL_IMPLS) if args.cases == "model" else None)
+    if (on_gpu and not args.compare_paths and "apex_seed" in (timed_impls or ["apex_seed"])
             and not apex_seed.built()):
         parser.error("the seed's kernels, the baseline, are not built: GPU_OPS_APEX_SEED=1 "
                      "./build.sh (or leave them out with --impl)")
@@ -486,6 +524,11 @@ def main(argv=None):
             parser.error(f"--case: {sorted(unknown)} are not among the {args.cases} cases "
                          f"(after the other filters)")
         cases = [case for case in cases if case in asked]
+    if args.part:
+        index, _, count = args.part.partition("/")
+        if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+            parser.error(f"--part takes I/N, 0 <= I < N, got {args.part!r}")
+        cases = cases[int(index)::int(count)]
     if args.compare_paths:
         timing = ["--repeats", str(args.repeats), "--calls", str(args.calls)]
         path_comparison.compare_paths(args.cases, cases, args.out, timing, planned_paths)
@@ -495,7 +538,6 @@ def main(argv=None):
     out = args.out or (RESULTS / f"{prefix}{device_slug(jax.devices()[0].device_kind)}.json")
     partial_run = bool(args.cases == "paths" or args.without or args.impl or args.case)
     record_plans = on_gpu and partial_run
-    timed_impls = args.impl or (list(MODEL_IMPLS) if args.cases == "model" else None)
     done = []
     if args.resume and out.exists():
         impls = timed_impls or list(implementations(on_gpu))

@@ -424,3 +424,39 @@ def test_a_model_shape_run_times_gpu_ops_against_xla(tmp_path, monkeypatch):
     timed = {(r["op"], r["impl"], r["dtype"], r["rows"], r["row_len"]) for r in records}
     assert timed == {(op, impl, *case) for case in bench.CPU_MODEL_CASES
                      for op in ("fwd", "fwd_bwd") for impl in ("gpu_ops", "xla")}
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
+def test_a_run_in_parts_joins_into_one_results_file(tmp_path, monkeypatch):
+    """Processes on GPUs of their own each measure every N-th case; --join
+    writes their records as one run's file, in the order of the cases."""
+    bench = _load("rms_norm_bench")
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    parts = [tmp_path / f"part{i}.json" for i in range(2)]
+    for i, part in enumerate(parts):
+        bench.main(["--cases", "model", "--repeats", "1", "--calls", "1", "--part", f"{i}/2",
+                    "--out", str(part)])
+        measured = {(r["dtype"], r["rows"], r["row_len"]) for r in json.loads(part.read_text())}
+        assert measured == {bench.CPU_MODEL_CASES[i]}
+    bench.main(["--cases", "model", "--join", *map(str, parts)])
+    (out,) = tmp_path.glob("model_shapes_*.json")
+    records = json.loads(out.read_text())
+    assert [(r["dtype"], r["rows"], r["row_len"]) for r in records[::4]] == bench.CPU_MODEL_CASES
+    # parts of two runs, or a case measured twice, are not one run
+    other = json.loads(parts[1].read_text())
+    parts[1].write_text(json.dumps([{**r, "commit": "another"} for r in other]))
+    with pytest.raises(SystemExit, match="2 runs"):
+        bench.main(["--cases", "model", "--join", *map(str, parts)])
+    with pytest.raises(SystemExit, match="more than one part"):
+        bench.main(["--cases", "model", "--join", str(parts[0]), str(parts[0])])
+
+
+@pytest.mark.parametrize("part", ["2/2", "1", "a/2"])
+def test_a_part_is_one_of_n_and_writes_its_own_file(capsys, part):
+    bench = _load("rms_norm_bench")
+    with pytest.raises(SystemExit):
+        bench.main(["--part", part, "--out", "x.json"])
+    assert "--part takes I/N" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--part", "0/2"])
+    assert "give --out" in capsys.readouterr().err
