@@ -114,10 +114,10 @@ def xla_rms_norm(x, weight, eps=1e-5):
 #: Where each device's latest results file lives.
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 CHAIN = 20  # ops per jitted call, at least
-#: Unrolled, a chain compiles in about its length times a step's time: the
-#: forward + backward of a few kilobytes, 200 times over, took XLA about 10 s
-#: to compile, where 64 such ops still keep the GPU busier than the host's
-#: calls do.
+#: A chain is unrolled, so its compile time grows with its length: chains of
+#: the smallest forward + backward ops, 200 long, took XLA far longer to
+#: compile than to time, while 64 such ops still keep the GPU busier than the
+#: host's calls do.
 MAX_CHAIN = 64
 MIN_CALL_SECONDS = 1e-3
 MIN_RUN_SECONDS = 20e-3
