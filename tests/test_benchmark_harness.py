@@ -118,7 +118,8 @@ def test_the_path_cases_take_every_kernel_path_of_an_h100():
                          for dtype, rows, row_len in bench.PATH_CASES}
              for direction in ("forward", "backward")}
     assert taken["forward"] == set(PATHS) - {"general"}
-    assert taken["backward"] == {"short_rows", "row_teams", "grid_rows", "split_rows"}
+    assert taken["backward"] == {"short_rows", "column_slices", "row_teams", "grid_rows",
+                                 "split_rows"}
     for dtype, rows, row_len in bench.PATH_CASES:
         assert rows * row_len * np.dtype(dtype).itemsize <= 64 << 20
 

@@ -99,7 +99,8 @@ def test_more_than_two_to_the_31_elements():
 # (gpu_ops/csrc/plan/rms_norm_plan.h) in each direction, on a GPU with clusters and
 # without: rows of up to 256 values take a group of a warp's lanes each (of
 # 262,147 such rows, the backward's blocks go through them several times);
-# 67 rows are few (a block per row, a thread per 16-byte vector),
+# up to 8 rows take one cluster's column slices, the last slice part empty
+# (5 rows of 4,104 values; on a GPU with clusters); 67 rows are few (a block per row, a thread per 16-byte vector),
 # 4,099 are not; 16-bit rows of 16,384 take a 1024-thread block each; rows
 # of 65,536 take a cluster; the seed's 32 x 262,144 fits the whole GPU at once
 # (the grid kernels), as do 3 rows of 131,080, whose last chunk is cut short
@@ -110,6 +111,7 @@ def test_more_than_two_to_the_31_elements():
 # kernels do not cover (not whole 16-byte vectors, float64) take the general
 # ones (rms_norm_general.cu).
 PATH_CASES = [((262_147, 128), jnp.bfloat16), ((67, 200), jnp.float32),
+              ((5, 4_104), jnp.bfloat16), ((8, 8_192), jnp.float32),
               ((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
               ((1_001, 16_384), jnp.bfloat16), ((67, 65_536), jnp.bfloat16),
               ((32, 262_144), jnp.bfloat16), ((3, 131_080), jnp.bfloat16),
@@ -153,11 +155,13 @@ def test_the_path_cases_take_every_path():
              for direction in ("forward", "backward")}
     forward = {"short_rows", "few_rows", "row_per_block", "rows_per_block", "row_teams", "grid_rows",
                "shared_row", "split_rows", "general"}
+    backward = {"short_rows", "column_slices", "row_teams", "grid_rows", "split_rows",
+                "general"}
+    forward |= {"column_slices"}
     if not clusters_planned():  # row teams of one block need more rows than a grid has blocks
-        forward -= {"shared_row", "row_teams"}
-    assert taken == {"forward": forward,
-                     "backward": {"short_rows", "row_teams", "grid_rows", "split_rows",
-                                  "general"}}
+        forward -= {"shared_row", "row_teams", "column_slices"}
+        backward -= {"column_slices"}
+    assert taken == {"forward": forward, "backward": backward}
     clusters = {kernel_plan(direction, shape, dtype)["cluster"]
                 for shape, dtype in PATH_CASES for direction in ("forward", "backward")}
     assert (max(clusters) > 1) == clusters_planned()

@@ -13,7 +13,8 @@ import gpu_ops
 # planner), including the edges of each: mixed dtypes and rows of part
 # vectors (the seed's kernels); short rows (lanes past a row's end, a float32
 # weight of bfloat16 x, backward blocks that go through the rows more than
-# once); few rows; more rows than the GPU holds
+# once); a few rows over a cluster's column slices (8 rows, and a slice's
+# last lanes past the row's end); few rows; more rows than the GPU holds
 # blocks of one row for (blocks of several rows, and backward teams that
 # loop through their ring); 16-bit rows taking a 1024-thread block each;
 # rows over a cluster of blocks, of 16 for a few long rows; the grid kernels with a last group of rows
@@ -28,6 +29,8 @@ CASES = [
     ((1000, 128), jnp.float16, jnp.float16),
     ((7, 200), jnp.float32, jnp.float32),
     ((40_009, 64), jnp.bfloat16, jnp.float32),
+    ((3, 4104), jnp.bfloat16, jnp.bfloat16),
+    ((8, 8192), jnp.float32, jnp.float32),
     ((67, 1024), jnp.bfloat16, jnp.bfloat16),
     ((9, 2048), jnp.float32, jnp.float32),
     ((40_009, 1024), jnp.bfloat16, jnp.bfloat16),

@@ -40,6 +40,8 @@ class CurrentGpu final : public DeviceModel {
         return SharedRowResident(dtype, shape, shared_bytes);
       case Kernel::kShortRowsBackward:
         return ShortRowsResident(dtype, shape);
+      case Kernel::kColumnSlices:
+        return ColumnSlicesResident(dtype, shape);
     }
     return 0;
   }
@@ -49,6 +51,7 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
                          const ForwardBuffers& b, RowGeometry g, double eps) {
   switch (plan.path) {
     case Path::kShortRows: return LaunchShortRowsForward(stream, plan, b, g, eps);
+    case Path::kColumnSlices: return LaunchColumnSlicesForward(stream, plan, b, g, eps);
     case Path::kFewRows:
     case Path::kRowPerBlock:
     case Path::kRowsPerBlock:
@@ -66,6 +69,7 @@ ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
                           const BackwardBuffers& b, RowGeometry g) {
   switch (plan.path) {
     case Path::kShortRows: return LaunchShortRowsBackward(stream, plan, b, g);
+    case Path::kColumnSlices: return LaunchColumnSlicesBackward(stream, plan, b, g);
     case Path::kRowTeams: return LaunchRowTeamsBackward(stream, plan, b, g);
     case Path::kGridRows: return LaunchGridRowsBackward(stream, plan, b, g);
     case Path::kSplitRows: return LaunchSplitRowsBackward(stream, plan, b, g);

@@ -417,7 +417,9 @@ __global__ void __launch_bounds__(kMaxThreads)
 // dw = the sum of the rows of `partials` (num_partials, row_length), with
 // row_length a multiple of 4 (whole 16-byte vectors of T). Each lane adds up
 // about 4 partial rows, with up to 128 lanes per column: the loads of a
-// thread are independent, so many are in flight at once.
+// thread are independent, so many are in flight at once. A block takes at
+// most 32 columns (a warp's 512 bytes of each partial row), so that the
+// few partial rows of a small batch still spread over many SMs.
 template <typename T>
 ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
                        int64_t num_partials, int64_t row_length) {
@@ -427,7 +429,7 @@ ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
   }
   int lanes = 1;
   while (lanes < 128 && lanes * 4 < num_partials) lanes *= 2;
-  const dim3 block(kMaxThreads / lanes, lanes);
+  const dim3 block(std::min(kWarpSize, kMaxThreads / lanes), lanes);
   const int64_t row_vectors = row_length / 4;
   return LaunchDependent(stream,
                          GridSize(CeilDiv(row_vectors, block.x), kMaxGrid),

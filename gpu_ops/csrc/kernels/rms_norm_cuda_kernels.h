@@ -3,6 +3,7 @@
 // nothing, and the *Resident functions answer the planner's questions about
 // their kernels with CUDA's occupancy calculator.
 // - rms_norm_short_rows.cu: rows of up to 256 values, several a warp;
+// - rms_norm_column_slices.cu: a few rows over a cluster's column slices;
 // - rms_norm_fast.cu: rows a thread team (or a cluster of blocks) holds,
 //   with a residual add too;
 // - rms_norm_grid_rows.cu: inputs the whole GPU holds at once;
@@ -99,12 +100,17 @@ int64_t GridRowsResident(Kernel kernel, DType dtype, const Shape& shape,
                          int shared_bytes);
 int64_t SharedRowResident(DType dtype, const Shape& shape, int shared_bytes);
 int64_t ShortRowsResident(DType dtype, const Shape& shape);
+int64_t ColumnSlicesResident(DType dtype, const Shape& shape);
 
 // kShortRows, with a weight of x's dtype or, for 16-bit x, float32.
 ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
                                   const ForwardBuffers& b, RowGeometry g, double eps);
 ffi::Error LaunchShortRowsBackward(cudaStream_t stream, const Plan& plan,
                                    const BackwardBuffers& b, RowGeometry g);
+ffi::Error LaunchColumnSlicesForward(cudaStream_t stream, const Plan& plan,
+                                     const ForwardBuffers& b, RowGeometry g, double eps);
+ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
+                                      const BackwardBuffers& b, RowGeometry g);
 
 // kFewRows, kRowPerBlock, kRowsPerBlock and kRowTeams; with a residual add
 // (where b has one), kFewRows and kRowsPerBlock, the planner's only paths

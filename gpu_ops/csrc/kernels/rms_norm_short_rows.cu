@@ -136,10 +136,10 @@ __global__ void __launch_bounds__(kShortRowsThreads)
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Block b takes rows b * kGroups * kRows, ... and then those gridDim.x *
 // kGroups * kRows further, and so on; it writes its sum of the weight
-// gradient to row b of `partials`. At most 64 registers a thread, so that an
-// SM holds 4 blocks whatever the dtypes.
+// gradient to row b of `partials`. An SM holds kShortRowsBackwardBlocks
+// blocks whatever the dtypes (with 4, float32's spilled on an A100).
 template <typename T, typename W, int kLanes, int kRows>
-__global__ void __launch_bounds__(kShortRowsThreads, 4)
+__global__ void __launch_bounds__(kShortRowsThreads, kShortRowsBackwardBlocks)
     ShortRowsBackwardKernel(const W* __restrict__ dy, const float* __restrict__ inv_rms,
                             const T* __restrict__ x, const W* __restrict__ w,
                             T* __restrict__ dx, float* __restrict__ partials,
@@ -221,9 +221,9 @@ decltype(auto) DispatchShortRowTypes(ffi::DataType x, ffi::DataType w, Fn&& fn) 
 }  // namespace
 
 int64_t ShortRowsResident(DType dtype, const Shape& shape) {
-  // The weight's dtype is left out: each instance takes at most 64 registers
-  // a thread (its __launch_bounds__), and the planner needs only to know
-  // about how many blocks fill the GPU.
+  // The weight's dtype is left out: every instance's __launch_bounds__ caps
+  // its registers, and the planner needs only to know about how many
+  // blocks fill the GPU.
   return DispatchFastType(dtype, [&](auto tag) -> int64_t {
     using T = typename decltype(tag)::type;
     return DispatchLanes(shape.team, [&](auto lanes) {

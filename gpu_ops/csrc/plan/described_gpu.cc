@@ -13,6 +13,9 @@ int RegisterCap(Kernel kernel) {
   switch (kernel) {
     case Kernel::kFewRowsForward: return 32;
     case Kernel::kSharedRowForward: return 65536 / kSharedRowThreads;
+    case Kernel::kColumnSlices: return 65536 / kColumnSliceThreads;
+    case Kernel::kShortRowsBackward:
+      return 65536 / (kShortRowsThreads * kShortRowsBackwardBlocks);
     default: return 65536 / kMaxThreads;
   }
 }

@@ -123,6 +123,33 @@ std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool 
   return plan;
 }
 
+// At most kMaxColumnSliceRows rows, on a GPU with clusters: one cluster,
+// each block a slice of every row's columns, a thread a vector column.
+std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, PathSet without,
+                                 Refusals* refused) {
+  if (Contains(without, Path::kColumnSlices)) {
+    return Refuse(refused, Path::kColumnSlices, kLeftOut);
+  }
+  if (p.residual) return Refuse(refused, Path::kColumnSlices, kNoResidualKernel);
+  if (!device.Clusters()) return Refuse(refused, Path::kColumnSlices, "the GPU runs no clusters");
+  if (p.rows > kMaxColumnSliceRows) {
+    return Refuse(refused, Path::kColumnSlices, "more than 8 rows");
+  }
+  const int64_t threads = CeilDiv(CeilDiv(RowVectors(p), kColumnSlices), kWarpSize) * kWarpSize;
+  if (threads > kColumnSliceThreads) {
+    return Refuse(refused, Path::kColumnSlices, "a row has more vectors than 8 blocks of 256 threads");
+  }
+  Plan plan;
+  plan.path = Path::kColumnSlices;
+  plan.shape = Shape{kColumnSlices, static_cast<int>(threads), 1, 1};
+  plan.groups = 1;
+  plan.rows_per_group = p.rows;
+  if (device.Resident(Kernel::kColumnSlices, p.dtype, plan.shape, 0) < 1) {
+    return Refuse(refused, Path::kColumnSlices, "its cluster does not fit the GPU");
+  }
+  return plan;
+}
+
 // Why 16-bit rows of more than 512 threads a block do not get a block each
 // (RowForwardKernel), or nullptr where they do.
 const char* NotRowPerBlock(const Problem& p, const Shape& shape, PathSet without) {
@@ -328,14 +355,17 @@ constexpr const char* kNotFast =
 Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
                  Refusals* refused) {
   if (!Fast(p)) {
-    return General({Path::kShortRows, Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock, Path::kRowTeams,
-                    Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kNotFast, refused);
+    return General({Path::kShortRows, Path::kColumnSlices, Path::kFewRows, Path::kRowPerBlock,
+                    Path::kRowsPerBlock, Path::kRowTeams, Path::kGridRows, Path::kSharedRow,
+                    Path::kSplitRows}, kNotFast, refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/true, without, refused)) return *plan;
   if (p.float32_weight) {
-    return General({Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock, Path::kRowTeams,
-                    Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kOneDType, refused);
+    return General({Path::kColumnSlices, Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock,
+                    Path::kRowTeams, Path::kGridRows, Path::kSharedRow, Path::kSplitRows},
+                   kOneDType, refused);
   }
+  if (auto plan = ColumnSlices(p, device, without, refused)) return *plan;
   if (auto plan = FewRows(p, device, without, refused)) return *plan;
   if (auto plan = RowTeamsForward(p, device, without,
                                   /*wide=*/p.rows <= kWideClusterRows, refused)) {
@@ -360,13 +390,15 @@ Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
 Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without,
                   Refusals* refused) {
   if (!Fast(p) || p.num_partials < 1) {
-    return General({Path::kShortRows, Path::kRowTeams, Path::kGridRows, Path::kSplitRows},
-                   kNotFast, refused);
+    return General({Path::kShortRows, Path::kColumnSlices, Path::kRowTeams, Path::kGridRows,
+                    Path::kSplitRows}, kNotFast, refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/false, without, refused)) return *plan;
   if (p.float32_weight) {
-    return General({Path::kRowTeams, Path::kGridRows, Path::kSplitRows}, kOneDType, refused);
+    return General({Path::kColumnSlices, Path::kRowTeams, Path::kGridRows, Path::kSplitRows},
+                   kOneDType, refused);
   }
+  if (auto plan = ColumnSlices(p, device, without, refused)) return *plan;
   if (auto plan = RowTeamsBackward(p, device, without, refused)) return *plan;
   const auto backward_bytes = [&](int rows_per_thread) {
     return GridBackwardSharedBytes(rows_per_thread, p.dtype);
@@ -393,6 +425,7 @@ Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without,
 const char* PathName(Path path) {
   switch (path) {
     case Path::kShortRows: return "short_rows";
+    case Path::kColumnSlices: return "column_slices";
     case Path::kFewRows: return "few_rows";
     case Path::kRowPerBlock: return "row_per_block";
     case Path::kRowsPerBlock: return "rows_per_block";

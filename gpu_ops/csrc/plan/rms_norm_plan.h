@@ -16,6 +16,9 @@
 //                 head_dim): a group of 8 to 32 lanes of a warp a row, 8
 //                 values a lane, so a warp holds several rows; it alone
 //                 takes 16-bit x with a float32 weight (rms_norm_short_rows.cu);
+//   kColumnSlices at most kMaxColumnSliceRows rows (decoding), on GPUs with
+//                 clusters: one cluster of kColumnSlices blocks, each a slice
+//                 of the columns of every row (rms_norm_column_slices.cu);
 //   kFewRows      a block per row and a thread per 16-byte vector, when the
 //                 GPU holds every row's block at once (rms_norm_fast.cu);
 //   kRowPerBlock  16-bit rows of more than 512 vectors: a row a block, two
@@ -35,8 +38,8 @@
 //   kGeneral      what the fast kernels do not take (other dtypes, rows not
 //                 of whole 16-byte vectors, unaligned buffers): the general
 //                 kernels (rms_norm_general.cu).
-// backward: kShortRows, kRowTeams (rows a team or cluster holds), kGridRows,
-// kSplitRows and kGeneral, likewise.
+// backward: kShortRows, kColumnSlices, kRowTeams (rows a team or cluster
+// holds), kGridRows, kSplitRows and kGeneral, likewise.
 // forward with a residual add (Problem::residual): kFewRows and
 // kRowsPerBlock; kGeneral runs the general kernel with the residual add
 // (rms_norm_general.cu).
@@ -124,6 +127,15 @@ constexpr int64_t kShortRowValues = kWarpSize * kShortRowLaneValues;
 constexpr int kShortRowsMinLanes = 8;
 constexpr int kShortRowsForwardRows = 4;
 constexpr int kShortRowsBackwardRows = 2;
+constexpr int kShortRowsBackwardBlocks = 3;  // an SM's, at least
+
+// Column slices (rms_norm_column_slices.cu): a cluster of kColumnSlices
+// blocks of up to kColumnSliceThreads threads (each may then take up to 255
+// registers, which 8 rows of dy and x need), a thread a 16-byte vector
+// column of each of up to kMaxColumnSliceRows rows.
+constexpr int kColumnSlices = kMaxCluster;
+constexpr int kColumnSliceThreads = 256;
+constexpr int64_t kMaxColumnSliceRows = 8;
 
 // How a row is spread over threads.
 struct Shape {
@@ -147,6 +159,7 @@ enum class Kernel {
   kGridBackward,      // GridBackwardKernel<T>
   kSharedRowForward,  // SharedRowForwardKernel<T>
   kShortRowsBackward,  // ShortRowsBackwardKernel<T, W, lanes>
+  kColumnSlices,       // ColumnSlicesKernel<T, rows, backward>
 };
 
 // What the planner needs to know about a GPU.
@@ -186,6 +199,7 @@ struct Problem {
 
 enum class Path {
   kShortRows,
+  kColumnSlices,
   kFewRows,
   kRowPerBlock,
   kRowsPerBlock,
