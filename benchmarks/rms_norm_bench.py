@@ -244,13 +244,16 @@ def op_functions(impl):
         y, dy = dy_after_y(y, dy)
         return (y, *pullback(dy))
 
-    # Each step's outputs are the next one's inputs, of the same dtypes: y
-    # is the next x where it has x's dtype; where it has the weight's (a
-    # float32 weight of bfloat16 x), x goes on beside y (the forward) or dx
-    # is the next x and y the next dy (forward + backward).
+    # Each step's outputs are the next one's inputs, of the same dtypes, and
+    # the next step reads each result (XLA drops what no later step reads,
+    # barrier or not): y is the next x. Where y has the weight's dtype (a
+    # float32 weight of bfloat16 x), the forward's y goes on converted to x's
+    # dtype, as the matmul after a norm gives it back: XLA fuses that
+    # conversion into its norm, a custom call cannot. The forward +
+    # backward's dx is then the next x, and y the next dy.
     def fwd_step(x, weight, dy):
         y = fwd(x, weight, dy)
-        return (y, weight, dy) if y.dtype == x.dtype else (x, weight, y)
+        return y.astype(x.dtype), weight, dy
 
     def fwd_bwd_step(x, weight, dy):
         y, dx, dweight = fwd_bwd(x, weight, dy)

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+import gpu_ops
 from gpu_ops import kernel_plans
 from gpu_ops.kernel_plans import H100, PATHS, kernel_plan
 
@@ -402,6 +403,22 @@ def test_a_chain_keeps_the_dtypes_of_a_float32_weight_of_bfloat16_x(op):
     dy = jax.numpy.ones((8, 128), jax.numpy.float32)
     outputs = jax.eval_shape(bench.chained(step, 3), (x, weight, dy))
     assert [o.dtype for o in outputs] == [x.dtype, weight.dtype, dy.dtype]
+
+
+@pytest.mark.parametrize("op", ["fwd", "fwd_bwd"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "bfloat16/float32"])
+def test_every_step_of_a_chain_runs_the_op(op, dtype):
+    """XLA drops a step's results that no later step reads, barrier or not:
+    each step must read the last one's, or the chain times one op."""
+    bench = _load("rms_norm_bench")
+    step = bench.op_functions(gpu_ops.rms_norm)[op][1]
+    x_dtype, w_dtype = bench.dtypes_of(dtype)
+    x = jax.numpy.ones((8, 128), x_dtype)
+    weight = jax.numpy.ones((128,), w_dtype)
+    dy = jax.numpy.ones((8, 128), w_dtype) if op == "fwd_bwd" else jax.numpy.zeros((), w_dtype)
+    hlo = bench.chained(step, 3).lower((x, weight, dy)).compile().as_text()
+    for target in ["gpu_ops_rms_norm_fwd", *(["gpu_ops_rms_norm_bwd"] * (op == "fwd_bwd"))]:
+        assert hlo.count(f'custom_call_target="{target}"') == 3, target
 
 
 def test_bytes_of_a_float32_weight_of_bfloat16_x():

@@ -99,8 +99,9 @@ def test_more_than_two_to_the_31_elements():
 # (gpu_ops/csrc/plan/rms_norm_plan.h) in each direction, on a GPU with clusters and
 # without: rows of up to 256 values take a group of a warp's lanes each (of
 # 262,147 such rows, the backward's blocks go through them several times);
-# up to 8 rows take one cluster's column slices, the last slice part empty
-# (5 rows of 4,104 values; on a GPU with clusters); 67 rows are few (a block per row, a thread per 16-byte vector),
+# the backward of up to 8 rows takes one cluster's column slices, the last
+# slice part empty (5 rows of 4,104 values; on a GPU with clusters); 67 rows
+# are few (a block per row, a thread per 16-byte vector),
 # 4,099 are not; 16-bit rows of 16,384 take a 1024-thread block each; rows
 # of 65,536 take a cluster; the seed's 32 x 262,144 fits the whole GPU at once
 # (the grid kernels), as do 3 rows of 131,080, whose last chunk is cut short
@@ -157,9 +158,8 @@ def test_the_path_cases_take_every_path():
                "shared_row", "split_rows", "general"}
     backward = {"short_rows", "column_slices", "row_teams", "grid_rows", "split_rows",
                 "general"}
-    forward |= {"column_slices"}
     if not clusters_planned():  # row teams of one block need more rows than a grid has blocks
-        forward -= {"shared_row", "row_teams", "column_slices"}
+        forward -= {"shared_row", "row_teams"}
         backward -= {"column_slices"}
     assert taken == {"forward": forward, "backward": backward}
     clusters = {kernel_plan(direction, shape, dtype)["cluster"]

@@ -51,7 +51,6 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
                          const ForwardBuffers& b, RowGeometry g, double eps) {
   switch (plan.path) {
     case Path::kShortRows: return LaunchShortRowsForward(stream, plan, b, g, eps);
-    case Path::kColumnSlices: return LaunchColumnSlicesForward(stream, plan, b, g, eps);
     case Path::kFewRows:
     case Path::kRowPerBlock:
     case Path::kRowsPerBlock:

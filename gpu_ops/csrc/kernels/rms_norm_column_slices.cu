@@ -1,17 +1,16 @@
-// RMS norm of a few rows (decoding: a token or a few per sequence), on GPUs
-// with clusters (Hopper on).
+// The RMS norm backward of a few rows (decoding: a token or a few per
+// sequence), on GPUs with clusters (Hopper on).
 //
 // A few rows leave most of a GPU idle whatever the kernel does: the time is
-// the latency of loading them, adding up and storing. A block a row (the
-// few-rows forward) puts a row's loads on one SM and its sum behind a
-// barrier of up to 1,024 threads; the row-team backward gives each block
-// two rows in turn and leaves the weight gradient to a second kernel. Here
-// one cluster of kColumnSlices blocks takes every row: block b a slice of
-// the columns, each thread one 16-byte vector column of all the rows, all
-// its loads in flight at once. The blocks add up each row's sum through
-// each other's shared memory; then each thread writes its column of y (or
-// of dx) and, since it holds its column of every row, its part of the
-// weight gradient: one kernel in each direction, no partial sums.
+// the latency of loading them, adding up and storing. The row-team backward
+// gives each block two rows in turn and leaves the weight gradient to a
+// second kernel. Here one cluster of kColumnSlices blocks takes every row:
+// block b a slice of the columns, each thread one 16-byte vector column of
+// all the rows, all its loads in flight at once. The blocks add up each
+// row's dot product through each other's shared memory; then each thread
+// writes its column of dx and, since it holds its column of every row, its
+// part of the weight gradient: one kernel, no partial sums. (The forward
+// the same way was slower than a block a row, kFewRows.)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -82,92 +81,74 @@ __device__ void FinishClusterReads() {
 
 template <typename T>
 struct ColumnSlicesArgs {
+  const T* dy;
+  const float* inv_rms;
   const T* x;
   const T* w;
-  const T* dy;         // backward
-  float* inv_rms;      // written by the forward, read by the backward
-  T* out;              // y, or dx
-  T* dw;               // backward
-  int rows;            // at most kRows
+  T* dx;
+  T* dw;
+  int rows;  // at most kRows
   int row_vectors;
   float inv_row_length;
-  float eps;
 };
 
+// dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Block b of the one cluster takes vector columns b * blockDim.x to
 // (b + 1) * blockDim.x - 1 of the `rows` rows (at most kRows).
-template <typename T, int kRows, bool kBackward>
+template <typename T, int kRows>
 __global__ void __launch_bounds__(kColumnSliceThreads)
-    ColumnSlicesKernel(ColumnSlicesArgs<T> a) {
+    ColumnSlicesBackwardKernel(ColumnSlicesArgs<T> a) {
   using P = Pack<T>;
   const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   const bool active = c < a.row_vectors;
   const P* xp = reinterpret_cast<const P*>(a.x) + c;
-  [[maybe_unused]] const P* dyp = reinterpret_cast<const P*>(a.dy) + c;
+  const P* dyp = reinterpret_cast<const P*>(a.dy) + c;
   P xv[kRows];
-  [[maybe_unused]] P dyv[kRows];
-  [[maybe_unused]] float inv[kRows];
+  P dyv[kRows];
+  float inv[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const bool ok = active && r < a.rows;
     xv[r] = VectorOrZeros(ok, xp + int64_t{r} * a.row_vectors);
-    if constexpr (kBackward) {
-      dyv[r] = VectorOrZeros(ok, dyp + int64_t{r} * a.row_vectors);
-      inv[r] = r < a.rows ? a.inv_rms[r] : 0.0f;
-    }
+    dyv[r] = VectorOrZeros(ok, dyp + int64_t{r} * a.row_vectors);
+    inv[r] = r < a.rows ? a.inv_rms[r] : 0.0f;
   }
   const P wv = VectorOrZeros(active, reinterpret_cast<const P*>(a.w) + c);
-  float sums[kRows];  // of squares (forward), of dy * w * x (backward)
+  float dots[kRows];  // of dy * w * x
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    float sum = 0;
+    float dot = 0;
 #pragma unroll
     for (int e = 0; e < P::kSize; ++e) {
-      const float v = Element(xv[r], e);
-      sum += kBackward ? Element(dyv[r], e) * Element(wv, e) * v : v * v;
+      dot += Element(dyv[r], e) * Element(wv, e) * Element(xv[r], e);
     }
-    sums[r] = sum;
+    dots[r] = dot;
   }
-  ClusterRowSums(sums);
-  P* out = reinterpret_cast<P*>(a.out) + c;
-  [[maybe_unused]] float dw[P::kSize] = {};
+  ClusterRowSums(dots);
+  P* dx = reinterpret_cast<P*>(a.dx) + c;
+  float dw[P::kSize] = {};
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    if constexpr (kBackward) {
-      const float correction = inv[r] * inv[r] * sums[r] * a.inv_row_length;
+    const float correction = inv[r] * inv[r] * dots[r] * a.inv_row_length;
+#pragma unroll
+    for (int e = 0; e < P::kSize; ++e) {
+      dw[e] += Element(dyv[r], e) * Element(xv[r], e) * inv[r];
+    }
+    if (active && r < a.rows) {
+      P out;
 #pragma unroll
       for (int e = 0; e < P::kSize; ++e) {
-        dw[e] += Element(dyv[r], e) * Element(xv[r], e) * inv[r];
+        const float dyw = Element(dyv[r], e) * Element(wv, e);
+        out.v[e] = Storage<T>::From(inv[r] * (dyw - Element(xv[r], e) * correction));
       }
-      if (active && r < a.rows) {
-        P dx;
-#pragma unroll
-        for (int e = 0; e < P::kSize; ++e) {
-          const float dyw = Element(dyv[r], e) * Element(wv, e);
-          dx.v[e] = Storage<T>::From(inv[r] * (dyw - Element(xv[r], e) * correction));
-        }
-        out[int64_t{r} * a.row_vectors] = dx;
-      }
-    } else {
-      const float inv_r = rsqrtf(sums[r] * a.inv_row_length + a.eps);
-      if (active && r < a.rows) {
-        P y;
-#pragma unroll
-        for (int e = 0; e < P::kSize; ++e) {
-          y.v[e] = Storage<T>::From(Element(wv, e) * (inv_r * Element(xv[r], e)));
-        }
-        out[int64_t{r} * a.row_vectors] = y;
-      }
-      if (c == 0 && r < a.rows) a.inv_rms[r] = inv_r;
+      dx[int64_t{r} * a.row_vectors] = out;
     }
   }
-  if constexpr (kBackward) {
-    if (active) {
-      P total;
+  if (active) {
+    P total;
 #pragma unroll
-      for (int e = 0; e < P::kSize; ++e) total.v[e] = Storage<T>::From(dw[e]);
-      reinterpret_cast<P*>(a.dw)[c] = total;
-    }
+    for (int e = 0; e < P::kSize; ++e) total.v[e] = Storage<T>::From(dw[e]);
+    reinterpret_cast<P*>(a.dw)[c] = total;
   }
   FinishClusterReads();
 }
@@ -183,39 +164,14 @@ decltype(auto) DispatchRows(int rows, Fn&& fn) {
   return fn(std::integral_constant<int, 8>{});
 }
 
-template <bool kBackward, typename T>
-ffi::Error LaunchColumnSlices(cudaStream_t stream, const Plan& plan,
-                              const ColumnSlicesArgs<T>& args) {
-  return DispatchRows(args.rows, [&](auto rows) {
-    constexpr int kRows = decltype(rows)::value;
-    return Launch(stream, ColumnSlicesKernel<T, kRows, kBackward>, plan.shape, plan.groups, 0,
-                  kBackward ? "launching the column-slice backward kernel"
-                            : "launching the column-slice forward kernel",
-                  args);
-  });
-}
-
 }  // namespace
 
 int64_t ColumnSlicesResident(DType dtype, const Shape& shape) {
   return DispatchFastType(dtype, [&](auto tag) -> int64_t {
     using T = typename decltype(tag)::type;
-    if (!RunsHopperCode(ColumnSlicesKernel<T, kMaxColumnSliceRows, true>)) return 0;
-    return ResidentGroups(ColumnSlicesKernel<T, kMaxColumnSliceRows, true>, shape, 0);
-  });
-}
-
-ffi::Error LaunchColumnSlicesForward(cudaStream_t stream, const Plan& plan,
-                                     const ForwardBuffers& b, RowGeometry g, double eps) {
-  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const ColumnSlicesArgs<T> args{
-        static_cast<const T*>(b.x.untyped_data()), static_cast<const T*>(b.w.untyped_data()),
-        nullptr, static_cast<float*>(b.inv_rms.untyped_data()),
-        static_cast<T*>(b.y.untyped_data()), nullptr, static_cast<int>(g.rows),
-        static_cast<int>(g.row_length / Pack<T>::kSize), Reciprocal(g.row_length),
-        static_cast<float>(eps)};
-    return LaunchColumnSlices<false>(stream, plan, args);
+    const auto kernel = ColumnSlicesBackwardKernel<T, kMaxColumnSliceRows>;
+    if (!RunsHopperCode(kernel)) return 0;
+    return ResidentGroups(kernel, shape, 0);
   });
 }
 
@@ -224,13 +180,17 @@ ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
   return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ColumnSlicesArgs<T> args{
-        static_cast<const T*>(b.x.untyped_data()), static_cast<const T*>(b.w.untyped_data()),
         static_cast<const T*>(b.dy.untyped_data()),
-        static_cast<float*>(b.inv_rms.untyped_data()),
+        static_cast<const float*>(b.inv_rms.untyped_data()),
+        static_cast<const T*>(b.x.untyped_data()), static_cast<const T*>(b.w.untyped_data()),
         static_cast<T*>(b.dx.untyped_data()), static_cast<T*>(b.dw.untyped_data()),
         static_cast<int>(g.rows), static_cast<int>(g.row_length / Pack<T>::kSize),
-        Reciprocal(g.row_length), 0.0f};
-    return LaunchColumnSlices<true>(stream, plan, args);
+        Reciprocal(g.row_length)};
+    return DispatchRows(args.rows, [&](auto rows) {
+      constexpr int kRows = decltype(rows)::value;
+      return Launch(stream, ColumnSlicesBackwardKernel<T, kRows>, plan.shape, plan.groups, 0,
+                    "launching the column-slice backward kernel", args);
+    });
   });
 }
 

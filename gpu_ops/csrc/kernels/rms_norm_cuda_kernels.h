@@ -3,7 +3,8 @@
 // nothing, and the *Resident functions answer the planner's questions about
 // their kernels with CUDA's occupancy calculator.
 // - rms_norm_short_rows.cu: rows of up to 256 values, several a warp;
-// - rms_norm_column_slices.cu: a few rows over a cluster's column slices;
+// - rms_norm_column_slices.cu: the backward of a few rows over a cluster's
+//   column slices;
 // - rms_norm_fast.cu: rows a thread team (or a cluster of blocks) holds,
 //   with a residual add too;
 // - rms_norm_grid_rows.cu: inputs the whole GPU holds at once;
@@ -107,8 +108,6 @@ ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
                                   const ForwardBuffers& b, RowGeometry g, double eps);
 ffi::Error LaunchShortRowsBackward(cudaStream_t stream, const Plan& plan,
                                    const BackwardBuffers& b, RowGeometry g);
-ffi::Error LaunchColumnSlicesForward(cudaStream_t stream, const Plan& plan,
-                                     const ForwardBuffers& b, RowGeometry g, double eps);
 ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
                                       const BackwardBuffers& b, RowGeometry g);
 

@@ -123,14 +123,14 @@ std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool 
   return plan;
 }
 
-// At most kMaxColumnSliceRows rows, on a GPU with clusters: one cluster,
-// each block a slice of every row's columns, a thread a vector column.
+// The backward of at most kMaxColumnSliceRows rows, on a GPU with clusters:
+// one cluster, each block a slice of every row's columns, a thread a vector
+// column.
 std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, PathSet without,
                                  Refusals* refused) {
   if (Contains(without, Path::kColumnSlices)) {
     return Refuse(refused, Path::kColumnSlices, kLeftOut);
   }
-  if (p.residual) return Refuse(refused, Path::kColumnSlices, kNoResidualKernel);
   if (!device.Clusters()) return Refuse(refused, Path::kColumnSlices, "the GPU runs no clusters");
   if (p.rows > kMaxColumnSliceRows) {
     return Refuse(refused, Path::kColumnSlices, "more than 8 rows");
@@ -355,17 +355,15 @@ constexpr const char* kNotFast =
 Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
                  Refusals* refused) {
   if (!Fast(p)) {
-    return General({Path::kShortRows, Path::kColumnSlices, Path::kFewRows, Path::kRowPerBlock,
-                    Path::kRowsPerBlock, Path::kRowTeams, Path::kGridRows, Path::kSharedRow,
-                    Path::kSplitRows}, kNotFast, refused);
+    return General({Path::kShortRows, Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock,
+                    Path::kRowTeams, Path::kGridRows, Path::kSharedRow, Path::kSplitRows},
+                   kNotFast, refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/true, without, refused)) return *plan;
   if (p.float32_weight) {
-    return General({Path::kColumnSlices, Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock,
-                    Path::kRowTeams, Path::kGridRows, Path::kSharedRow, Path::kSplitRows},
-                   kOneDType, refused);
+    return General({Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock, Path::kRowTeams,
+                    Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kOneDType, refused);
   }
-  if (auto plan = ColumnSlices(p, device, without, refused)) return *plan;
   if (auto plan = FewRows(p, device, without, refused)) return *plan;
   if (auto plan = RowTeamsForward(p, device, without,
                                   /*wide=*/p.rows <= kWideClusterRows, refused)) {

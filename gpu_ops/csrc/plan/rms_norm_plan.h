@@ -16,9 +16,6 @@
 //                 head_dim): a group of 8 to 32 lanes of a warp a row, 8
 //                 values a lane, so a warp holds several rows; it alone
 //                 takes 16-bit x with a float32 weight (rms_norm_short_rows.cu);
-//   kColumnSlices at most kMaxColumnSliceRows rows (decoding), on GPUs with
-//                 clusters: one cluster of kColumnSlices blocks, each a slice
-//                 of the columns of every row (rms_norm_column_slices.cu);
 //   kFewRows      a block per row and a thread per 16-byte vector, when the
 //                 GPU holds every row's block at once (rms_norm_fast.cu);
 //   kRowPerBlock  16-bit rows of more than 512 vectors: a row a block, two
@@ -38,8 +35,11 @@
 //   kGeneral      what the fast kernels do not take (other dtypes, rows not
 //                 of whole 16-byte vectors, unaligned buffers): the general
 //                 kernels (rms_norm_general.cu).
-// backward: kShortRows, kColumnSlices, kRowTeams (rows a team or cluster
-// holds), kGridRows, kSplitRows and kGeneral, likewise.
+// backward: kShortRows; kColumnSlices, at most kMaxColumnSliceRows rows
+// (decoding) on GPUs with clusters: one cluster of kColumnSlices blocks,
+// each a slice of the columns of every row (rms_norm_column_slices.cu);
+// kRowTeams (rows a team or cluster holds), kGridRows, kSplitRows and
+// kGeneral, likewise.
 // forward with a residual add (Problem::residual): kFewRows and
 // kRowsPerBlock; kGeneral runs the general kernel with the residual add
 // (rms_norm_general.cu).
@@ -159,7 +159,7 @@ enum class Kernel {
   kGridBackward,      // GridBackwardKernel<T>
   kSharedRowForward,  // SharedRowForwardKernel<T>
   kShortRowsBackward,  // ShortRowsBackwardKernel<T, W, lanes>
-  kColumnSlices,       // ColumnSlicesKernel<T, rows, backward>
+  kColumnSlices,       // ColumnSlicesBackwardKernel<T, rows>
 };
 
 // What the planner needs to know about a GPU.
