@@ -118,7 +118,7 @@ def test_the_path_cases_take_every_kernel_path_of_an_h100():
     taken = {direction: {kernel_plan(direction, (rows, row_len), dtype, H100)["path"]
                          for dtype, rows, row_len in bench.PATH_CASES}
              for direction in ("forward", "backward")}
-    assert taken["forward"] == set(PATHS) - {"general"}
+    assert taken["forward"] == set(PATHS) - {"column_slices", "general"}  # a backward's path
     assert taken["backward"] == {"short_rows", "column_slices", "row_teams", "grid_rows",
                                  "split_rows"}
     for dtype, rows, row_len in bench.PATH_CASES:

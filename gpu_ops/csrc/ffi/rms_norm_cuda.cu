@@ -59,6 +59,8 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
     case Path::kGridRows: return LaunchGridRowsForward(stream, plan, b, g, eps);
     case Path::kSharedRow: return LaunchSharedRowForward(stream, plan, b, g, eps);
     case Path::kSplitRows: return LaunchSplitRowsForward(stream, plan, b, g, eps);
+    case Path::kColumnSlices:  // the backward's alone
+      return ffi::Error::Internal("gpu_ops rms_norm: no forward kernel for plan column_slices");
     case Path::kGeneral: break;
   }
   return GeneralForward(stream, {b.x, b.w, b.y, b.inv_rms}, g, eps);
