@@ -47,9 +47,14 @@ PATHS = tuple(_native.kernel_paths)
 def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None,
                 residual=False):
     """The plan of the CUDA call on x of `shape` and `dtype` and a weight of
-    `weight_dtype` (default: x's) over x's last axis: a dict naming the
-    kernel path and its launch shape, and under "refused" the paths the
-    planner tried first, in order, each as (path, why it passed it over).
+    `weight_dtype` (default: x's) over x's last axis, as a dict: "path"; the
+    CUDA "kernels" it launches, in order; the first one's launch ("blocks",
+    "threads" a block, "cluster" blocks a cluster, "shared_bytes" of dynamic
+    shared memory; the general kernels size their own); what the path gives
+    each thread, block or cluster, under names that say so (such as
+    "rows_per_block", "lanes_per_row", "vectors_per_thread"); and under
+    "refused" the paths the planner tried first, in order, each as (path,
+    why it passed it over).
 
     direction: "forward" or "backward". gpu: None for the current GPU (a build
     with CUDA kernels, on a GPU), else a :class:`GpuModel`. without: names of

@@ -154,7 +154,7 @@ def test_the_path_cases_take_every_path():
     taken = {direction: {kernel_plan(direction, shape, dtype)["path"]
                          for shape, dtype in PATH_CASES}
              for direction in ("forward", "backward")}
-    forward = {"short_rows", "few_rows", "row_per_block", "rows_per_block", "row_teams", "grid_rows",
+    forward = {"short_rows", "few_rows", "wide_rows", "block_rows", "row_teams", "grid_rows",
                "shared_row", "split_rows", "general"}
     backward = {"short_rows", "column_slices", "row_teams", "grid_rows", "split_rows",
                 "general"}
@@ -162,7 +162,7 @@ def test_the_path_cases_take_every_path():
         forward -= {"shared_row", "row_teams"}
         backward -= {"column_slices"}
     assert taken == {"forward": forward, "backward": backward}
-    clusters = {kernel_plan(direction, shape, dtype)["cluster"]
+    clusters = {kernel_plan(direction, shape, dtype).get("cluster", 1)
                 for shape, dtype in PATH_CASES for direction in ("forward", "backward")}
     assert (max(clusters) > 1) == clusters_planned()
     assert (16 in clusters) == clusters_planned()  # the forward of a few long rows
@@ -227,7 +227,7 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
     # GPU holds and rows a cluster holds in shared memory, the path cases
     # take the general ones (row teams, of one block too, and split rows),
     # as the benchmarks do to measure what each specialised path gains.
-    run_path_cases({WITHOUT_PATHS: "few_rows,row_per_block,rows_per_block,grid_rows,"
+    run_path_cases({WITHOUT_PATHS: "few_rows,wide_rows,block_rows,grid_rows,"
                                    "shared_row"}, "test_kernel_path")
 
 
@@ -407,7 +407,7 @@ def test_the_residual_cases_take_every_residual_path():
     taken = {kernel_plan("forward", shape, dtype, residual=True,
                          weight_dtype=weight_dtype)["path"]
              for shape, dtype, weight_dtype in RESIDUAL_CASES}
-    assert taken == {"few_rows", "rows_per_block", "general"}
+    assert taken == {"few_rows", "block_rows", "general"}
 
 
 # The forward quantised to float8 (rms_norm_fp8.cu): one group a row, many,

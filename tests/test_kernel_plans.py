@@ -18,17 +18,17 @@ import pytest
 from gpu_ops.kernel_plans import (A100, H100, PATHS, GpuModel, kernel_plan, leave_out,
                                   left_out)
 
-ROW_PATHS = {"few_rows", "row_per_block", "rows_per_block", "row_teams"}
+ROW_PATHS = {"few_rows", "wide_rows", "block_rows", "row_teams"}
 
 # shape, dtype: (forward, backward) path on the H100, then on the A100
 CLASSES = [
     ((67, 1_024), jnp.bfloat16, ("few_rows", "row_teams"), ("few_rows", "row_teams")),
-    ((16_384, 1_024), jnp.bfloat16, ("rows_per_block", "row_teams"),
-     ("rows_per_block", "row_teams")),
-    ((16_384, 16_384), jnp.bfloat16, ("row_per_block", "row_teams"),
-     ("row_per_block", "split_rows")),
-    ((16_384, 16_384), jnp.float32, ("rows_per_block", "row_teams"),
-     ("rows_per_block", "split_rows")),
+    ((16_384, 1_024), jnp.bfloat16, ("block_rows", "row_teams"),
+     ("block_rows", "row_teams")),
+    ((16_384, 16_384), jnp.bfloat16, ("wide_rows", "row_teams"),
+     ("wide_rows", "split_rows")),
+    ((16_384, 16_384), jnp.float32, ("block_rows", "row_teams"),
+     ("block_rows", "split_rows")),
     ((16_384, 65_536), jnp.bfloat16, ("row_teams", "row_teams"), ("split_rows", "split_rows")),
     ((1, 512 * 512), jnp.bfloat16, ("row_teams", "grid_rows"), ("grid_rows", "grid_rows")),
     ((32, 512 * 512), jnp.bfloat16, ("grid_rows", "grid_rows"), ("split_rows", "split_rows")),
@@ -36,8 +36,8 @@ CLASSES = [
      ("split_rows", "split_rows")),
     # decoding: the backward of a few rows over one cluster's column slices
     ((8, 4_096), jnp.bfloat16, ("few_rows", "column_slices"), ("few_rows", "row_teams")),
-    ((1, 16_384), jnp.bfloat16, ("row_per_block", "column_slices"),
-     ("row_per_block", "grid_rows")),
+    ((1, 16_384), jnp.bfloat16, ("wide_rows", "column_slices"),
+     ("wide_rows", "grid_rows")),
     # QK-norm rows (head_dim 64 to 256), from decoding to training
     ((32, 128), jnp.bfloat16, ("short_rows", "short_rows"), ("short_rows", "short_rows")),
     ((262_144, 128), jnp.bfloat16, ("short_rows", "short_rows"),
@@ -58,7 +58,7 @@ def test_each_shape_class_gets_its_kernels(shape, dtype, on_h100, on_a100):
 
 def test_long_rows_take_clusters_only_where_the_gpu_has_them():
     h100 = kernel_plan("forward", (16_384, 65_536), jnp.bfloat16, H100)
-    assert h100["cluster"] == 4 and h100["team"] == 1024
+    assert h100["cluster"] == 4 and h100["threads"] == 1024
     backward = kernel_plan("backward", (16_384, 65_536), jnp.bfloat16, H100)
     assert backward["cluster"] == 8
     for direction in ("forward", "backward"):
@@ -69,7 +69,7 @@ def test_long_rows_take_clusters_only_where_the_gpu_has_them():
 def test_a_few_rows_too_long_for_8_blocks_take_a_cluster_of_16_each(dtype):
     for rows in (1, 4):
         plan = kernel_plan("forward", (rows, 262_144), dtype, H100)
-        assert (plan["path"], plan["cluster"], plan["groups"]) == ("row_teams", 16, rows)
+        assert (plan["path"], plan["cluster"], plan["blocks"]) == ("row_teams", 16, 16 * rows)
         check_plan_covers(plan, "forward", rows, 262_144, dtype, H100)
     # One more row than that goes to the grid, which keeps every SM busy; a
     # longer row, the backward, or no clusters: no cluster of 16.
@@ -95,48 +95,51 @@ VALUES_PER_VECTOR = {jnp.bfloat16: 8, jnp.float16: 8, jnp.float32: 4}
 def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
     """The plan's launch takes every value of every row, within gpu's limits."""
     values = VALUES_PER_VECTOR[dtype]
-    path, cluster, team, teams, vectors = (plan[k] for k in
-                                           ("path", "cluster", "team", "teams", "vectors"))
-    assert 1 <= plan["groups"] < 2**31
+    path, blocks, threads, cluster = (plan[k] for k in ("path", "blocks", "threads", "cluster"))
+    assert 1 <= blocks < 2**31 and blocks % cluster == 0
+    assert 32 <= threads <= 1024 and threads % 32 == 0
     assert plan["shared_bytes"] <= gpu.shared_bytes_per_block
     # Clusters of 16 blocks only for the forward of rows too long for 8 (of
     # 1024 threads holding 16 values each).
     assert cluster == 1 or (gpu.clusters and cluster <= 8) or (
         gpu.clusters and cluster == 16 and direction == "forward"
         and row_length > 8 * 1024 * 16)
-    assert team * teams <= 1024
-    if path in ROW_PATHS:
-        assert team % 32 == 0
-        assert cluster * team * vectors * values >= row_length
-        if path == "row_teams" and direction == "backward":
-            assert plan["groups"] * teams * plan["rows_per_group"] >= rows
-        elif path == "row_teams":
-            assert plan["groups"] >= 1
-        else:
-            assert plan["groups"] * teams * max(1, plan["rows_per_group"]) >= rows
+    vectors = plan.get("vectors_per_thread", 1)
+    if path in ("few_rows", "wide_rows", "block_rows"):  # a block holds its rows
+        assert cluster == 1 and threads * vectors * values >= row_length
+        assert blocks * plan["rows_per_block"] >= rows
+    elif path == "row_teams":
+        assert plan["threads_per_row"] * vectors * values >= row_length
+        assert plan["threads_per_row"] // cluster * plan["rows_at_once_per_block"] == threads
+        if direction == "backward":  # each team its rows
+            teams = blocks // cluster * plan["rows_at_once_per_block"]
+            assert teams * plan["rows_per_team"] >= rows
     elif path == "short_rows":
         # a group of lanes of a warp a row, 8 values a lane
-        assert team in (8, 16, 32) and team * teams == 256 and cluster == 1
-        assert team * 8 >= row_length and row_length % 8 == 0
-        assert plan["rows_per_group"] == teams * (4 if direction == "forward" else 2)
+        lanes = plan["lanes_per_row"]
+        assert lanes in (8, 16, 32) and threads == 256 and cluster == 1
+        assert lanes * 8 >= row_length and row_length % 8 == 0
         if direction == "forward":  # each block its rows; the backward's go on
-            assert plan["groups"] * plan["rows_per_group"] >= rows
+            assert plan["rows_per_block"] == threads // lanes * 4
+            assert blocks * plan["rows_per_block"] >= rows
         else:
-            assert plan["groups"] <= math.ceil(rows / plan["rows_per_group"])
+            assert plan["rows_per_block_pass"] == threads // lanes * 2
+            assert blocks <= math.ceil(rows / plan["rows_per_block_pass"])
     elif path == "column_slices":
         # one cluster of 8 blocks, a thread a vector column of every row
-        assert direction == "backward" and gpu.clusters and rows <= 8
-        assert (cluster, teams, plan["groups"]) == (8, 1, 1)
-        assert team % 32 == 0 and team <= 256 and cluster * team * values >= row_length
+        assert direction == "backward" and gpu.clusters and plan["rows"] == rows <= 8
+        assert (cluster, blocks) == (8, 8) and threads <= 256
+        assert cluster * threads * values >= row_length
     elif path == "grid_rows":
-        assert plan["groups"] * plan["columns"] * values >= row_length
-        assert vectors * (1024 // plan["columns"]) >= rows  # rows a thread x row groups
+        columns = plan["vector_columns_per_block"]
+        assert blocks * columns * values >= row_length
+        assert plan["rows_per_thread"] * (1024 // columns) >= rows  # rows a thread x row groups
     elif path == "split_rows":
-        assert plan["chunks"] * 256 * vectors * values >= row_length
-        assert direction == "forward" or 1 <= plan["segments"] <= rows
+        assert plan["blocks_per_row"] * 256 * vectors * values >= row_length
+        assert direction == "forward" or 1 <= plan["row_segments"] <= rows
     else:
         assert path == "shared_row" and direction == "forward" and gpu.clusters
-        assert cluster * team * vectors * values >= row_length
+        assert cluster * threads * vectors * values >= row_length
 
 
 @pytest.mark.parametrize("gpu", [H100, A100], ids=lambda gpu: gpu.name)
@@ -262,21 +265,27 @@ def test_the_handlers_leave_out_what_a_benchmark_asks_and_only_paths():
     assert left_out() == ((), False)
 
 
+def _load(path):
+    """The module at `path`, relative to the repository root."""
+    path = pathlib.Path(__file__).parents[1] / path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_sanitizer_workload_takes_every_path_on_an_h100():
-    path = pathlib.Path(__file__).parents[1] / "tools" / "sanitizer_workload.py"
-    spec = importlib.util.spec_from_file_location("sanitizer_workload", path)
-    workload = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(workload)
+    workload = _load("tools/sanitizer_workload.py")
     for direction in ("forward", "backward"):
         taken = set()
         for shape, x_dtype, w_dtype in workload.CASES:
             if 0 in shape:
                 continue  # no rows: no kernel runs
             plan = kernel_plan(direction, shape, x_dtype, H100, weight_dtype=w_dtype)
-            cluster = plan["cluster"]
+            cluster = plan.get("cluster", 1)  # the general kernels: no launch of the plan's
             taken.add((plan["path"], "none" if cluster == 1 else "wide" if cluster > 8 else "some"))
-        every = {("short_rows", "none"), ("few_rows", "none"), ("row_per_block", "none"),
-                 ("rows_per_block", "none"),
+        every = {("short_rows", "none"), ("few_rows", "none"), ("wide_rows", "none"),
+                 ("block_rows", "none"),
                  ("row_teams", "some"), ("row_teams", "wide"), ("grid_rows", "none"),
                  ("shared_row", "some"), ("split_rows", "none"), ("general", "none")}
         if direction == "backward":
@@ -287,7 +296,7 @@ def test_the_sanitizer_workload_takes_every_path_on_an_h100():
     with_residual = {kernel_plan("forward", shape, x_dtype, H100, weight_dtype=w_dtype,
                                  residual=True)["path"]
                      for shape, x_dtype, w_dtype in workload.RESIDUAL_CASES if 0 not in shape}
-    assert with_residual == {"few_rows", "rows_per_block", "general"}
+    assert with_residual == {"few_rows", "block_rows", "general"}
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])
@@ -324,10 +333,10 @@ def test_short_rows_never_take_the_long_row_paths(row_length):
 # of 16,384 too); the general kernels take the rest, such as rows a cluster
 # holds.
 RESIDUAL_CLASSES = [((67, 1_024), jnp.bfloat16, "few_rows"),
-                    ((16_384, 2_048), jnp.bfloat16, "rows_per_block"),
-                    ((16_384, 1_024), jnp.float32, "rows_per_block"),
-                    ((16_384, 512), jnp.bfloat16, "rows_per_block"),
-                    ((16_384, 16_384), jnp.bfloat16, "rows_per_block"),
+                    ((16_384, 2_048), jnp.bfloat16, "block_rows"),
+                    ((16_384, 1_024), jnp.float32, "block_rows"),
+                    ((16_384, 512), jnp.bfloat16, "block_rows"),
+                    ((16_384, 16_384), jnp.bfloat16, "block_rows"),
                     ((67, 65_536), jnp.bfloat16, "general"),
                     ((67, 1_024), jnp.float64, "general")]
 
@@ -337,8 +346,8 @@ def test_the_residual_forward_takes_rows_a_block_holds(shape, dtype, path):
     for gpu in (H100, A100):
         plan = kernel_plan("forward", shape, dtype, gpu, residual=True)
         assert plan["path"] == path, gpu.name
-        if path == "rows_per_block":
-            assert plan["rows_per_group"] == max(1, 2 // plan["vectors"])
+        if path == "block_rows":
+            assert plan["rows_per_block"] == max(1, 2 // plan["vectors_per_thread"])
         if path != "general":
             check_plan_covers(plan, "forward", *shape, dtype, gpu)
 
@@ -355,7 +364,7 @@ def test_every_residual_plan_covers_its_rows_within_the_gpus_limits(gpu):
             for rows in (1, 300, 1 << 20):
                 plan = kernel_plan("forward", (rows, row_vectors * values), dtype, gpu,
                                    residual=True)
-                assert plan["path"] in ("few_rows", "rows_per_block", "general")
+                assert plan["path"] in ("few_rows", "block_rows", "general")
                 if plan["path"] != "general":
                     check_plan_covers(plan, "forward", rows, row_vectors * values, dtype, gpu)
 
@@ -363,14 +372,54 @@ def test_every_residual_plan_covers_its_rows_within_the_gpus_limits(gpu):
 def test_a_plan_says_why_it_passed_over_the_paths_before_it():
     # "Which kernel runs for bfloat16 8,192 x 4,096 on an H100, and why?"
     plan = kernel_plan("forward", (8192, 4096), "bfloat16", H100)
-    assert plan["path"] == "rows_per_block"
+    assert plan["path"] == "block_rows" and plan["kernels"] == ["FastForwardKernel"]
+    # 4,096 blocks of 256 threads, each thread 2 vectors of 16 bytes of 2 rows
+    assert {k: plan[k] for k in ("blocks", "threads", "cluster", "rows_per_block",
+                                 "vectors_per_thread")} == {
+        "blocks": 4096, "threads": 256, "cluster": 1, "rows_per_block": 2,
+        "vectors_per_thread": 2}
     assert plan["refused"] == [
         ("short_rows", "rows of more than 256 values"),
         ("few_rows", "more rows than the GPU holds blocks of a row at once"),
-        ("row_per_block", "a row takes at most 512 threads")]
+        ("wide_rows", "a row takes at most 512 threads")]
     left_out = kernel_plan("forward", (8192, 4096), "bfloat16", H100, without=("few_rows",))
-    assert left_out["path"] == "rows_per_block"
+    assert left_out["path"] == "block_rows"
     assert left_out["refused"][1] == ("few_rows", "left out of the plans")
+
+
+# What a plan gives each thread, block or cluster, by path and direction,
+# beside the launch every fast path has.
+LAUNCH = {"blocks", "threads", "cluster", "shared_bytes"}
+PATH_FIELDS = {
+    "short_rows": ({"lanes_per_row", "rows_per_block"}, {"lanes_per_row", "rows_per_block_pass"}),
+    "column_slices": (None, {"rows"}),
+    "few_rows": ({"rows_per_block"}, None),
+    "wide_rows": ({"rows_per_block", "vectors_per_thread"}, None),
+    "block_rows": ({"rows_per_block", "vectors_per_thread"}, None),
+    "row_teams": ({"threads_per_row", "rows_at_once_per_block", "vectors_per_thread"},
+                  {"threads_per_row", "rows_at_once_per_block", "vectors_per_thread",
+                   "rows_per_team"}),
+    "grid_rows": ({"vector_columns_per_block", "rows_per_thread"},) * 2,
+    "shared_row": ({"vectors_per_thread"}, None),
+    "split_rows": ({"blocks_per_row", "vectors_per_thread"},
+                   {"blocks_per_row", "vectors_per_thread", "row_segments"}),
+}
+
+
+def test_a_plan_has_the_fields_of_its_path_and_no_others():
+    bench = _load("benchmarks/rms_norm_bench.py")
+    seen = set()
+    for dtype, rows, row_length in [*bench.PATH_CASES, ("float32", 8, 6)]:
+        for index, direction in enumerate(("forward", "backward")):
+            plan = kernel_plan(direction, (rows, row_length), dtype, H100)
+            common = {"path", "kernels", "refused"}
+            if plan["path"] == "general":
+                assert set(plan) == common
+            else:
+                assert set(plan) == common | LAUNCH | PATH_FIELDS[plan["path"]][index]
+            assert plan["kernels"] and all(k.endswith("Kernel") for k in plan["kernels"])
+            seen.add(plan["path"])
+    assert seen == set(PATHS)
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "ffi/rms_norm_handlers.h"
 #include "plan/cuda_scratch.h"
@@ -85,19 +86,99 @@ gpu_ops::Problem CallProblem(int64_t rows, int64_t row_length, std::string dtype
   return problem;
 }
 
-py::dict PlanDict(const gpu_ops::Plan& plan, const gpu_ops::Refusals& refused) {
+// The CUDA kernels a plan launches, in order.
+py::list PlanKernels(gpu_ops::Path path, bool forward) {
+  using gpu_ops::Path;
+  std::vector<const char*> names;
+  switch (path) {
+    case Path::kShortRows:
+      names = forward ? std::vector{"ShortRowsForwardKernel"}
+                      : std::vector{"ShortRowsBackwardKernel", "SumPartialsKernel"};
+      break;
+    case Path::kColumnSlices: names = {"ColumnSlicesBackwardKernel"}; break;
+    case Path::kFewRows:
+    case Path::kBlockRows: names = {"FastForwardKernel"}; break;
+    case Path::kWideRows: names = {"RowForwardKernel"}; break;
+    case Path::kRowTeams:
+      names = forward ? std::vector{"ClusterForwardKernel"}
+                      : std::vector{"FastBackwardKernel", "SumPartialsKernel"};
+      break;
+    case Path::kGridRows:
+      names = {forward ? "GridForwardKernel" : "GridBackwardKernel"};
+      break;
+    case Path::kSharedRow: names = {"SharedRowForwardKernel"}; break;
+    case Path::kSplitRows:
+      names = forward ? std::vector{"ChunkSumsKernel", "ChunkForwardKernel"}
+                      : std::vector{"ChunkSumsKernel", "ChunkBackwardKernel",
+                                    "SumPartialsKernel"};
+      break;
+    case Path::kGeneral:
+      names = forward ? std::vector{"GeneralForwardKernel"}
+                      : std::vector{"GeneralBackwardKernel", "SumPartialsKernel"};
+      break;
+  }
+  py::list list;
+  for (const char* name : names) list.append(name);
+  return list;
+}
+
+// A plan as kernel_plans.kernel_plan reports it: the path, its kernels,
+// the launch of the first (blocks, threads a block, blocks a cluster,
+// dynamic shared memory), what each thread, block or cluster takes under
+// names that say so, and the paths refused before it, each with the reason.
+py::dict PlanDict(const gpu_ops::Plan& plan, bool forward, const gpu_ops::Refusals& refused) {
+  using gpu_ops::Path;
+  const gpu_ops::Shape& s = plan.shape;
   py::dict d;
   d["path"] = gpu_ops::PathName(plan.path);
-  d["cluster"] = plan.shape.cluster;
-  d["team"] = plan.shape.team;
-  d["teams"] = plan.shape.teams;
-  d["vectors"] = plan.shape.vectors;
-  d["groups"] = plan.groups;
-  d["shared_bytes"] = plan.shared_bytes;
-  d["columns"] = plan.columns;
-  d["chunks"] = plan.chunks;
-  d["segments"] = plan.segments;
-  d["rows_per_group"] = plan.rows_per_group;
+  d["kernels"] = PlanKernels(plan.path, forward);
+  if (plan.path != Path::kGeneral) {  // the general kernels' launcher sizes its own launch
+    d["blocks"] = plan.groups * s.cluster;
+    d["threads"] = s.team * s.teams;
+    d["cluster"] = s.cluster;
+    d["shared_bytes"] = plan.shared_bytes;
+  }
+  switch (plan.path) {
+    case Path::kShortRows:
+      d["lanes_per_row"] = s.team;
+      // The backward's blocks go on through the rows, a grid's width apart.
+      d[forward ? "rows_per_block" : "rows_per_block_pass"] = plan.rows_per_group;
+      break;
+    case Path::kColumnSlices:  // a thread a vector column of every row
+      d["rows"] = plan.rows_per_group;
+      break;
+    case Path::kFewRows:  // a thread a vector
+      d["rows_per_block"] = 1;
+      break;
+    case Path::kWideRows:
+      d["rows_per_block"] = 1;
+      d["vectors_per_thread"] = s.vectors;
+      break;
+    case Path::kBlockRows:
+      d["rows_per_block"] = plan.rows_per_group;
+      d["vectors_per_thread"] = s.vectors;
+      break;
+    case Path::kRowTeams:  // a team of threads a row, over a cluster's blocks
+      d["threads_per_row"] = s.team * s.cluster;
+      d["rows_at_once_per_block"] = s.teams;
+      d["vectors_per_thread"] = s.vectors;
+      if (!forward) d["rows_per_team"] = plan.rows_per_group;
+      break;
+    case Path::kGridRows:
+      d["vector_columns_per_block"] = plan.columns;
+      d["rows_per_thread"] = s.vectors;
+      break;
+    case Path::kSharedRow:
+      d["vectors_per_thread"] = s.vectors;
+      break;
+    case Path::kSplitRows:
+      d["blocks_per_row"] = plan.chunks;
+      d["vectors_per_thread"] = s.vectors;
+      if (!forward) d["row_segments"] = plan.segments;
+      break;
+    case Path::kGeneral:
+      break;
+  }
   py::list passed_over;
   for (const gpu_ops::Refusal& refusal : refused) {
     passed_over.append(py::make_tuple(gpu_ops::PathName(refusal.path), refusal.why));
@@ -148,7 +229,7 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
     const gpu_ops::Plan plan =
         forward ? gpu_ops::PlanForwardOnCurrentGpu(problem, left_out, &refused)
                 : gpu_ops::PlanBackwardOnCurrentGpu(problem, left_out, &refused);
-    return PlanDict(plan, refused);
+    return PlanDict(plan, forward, refused);
 #else
     throw std::invalid_argument(
         "gpu=None asks the current GPU, and this build has no CUDA kernels");
@@ -168,7 +249,7 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
   const gpu_ops::Plan plan =
       forward ? gpu_ops::PlanForward(problem, described, left_out, &refused)
               : gpu_ops::PlanBackward(problem, described, left_out, &refused);
-  return PlanDict(plan, refused);
+  return PlanDict(plan, forward, refused);
 }
 
 }  // namespace

@@ -52,8 +52,8 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
   switch (plan.path) {
     case Path::kShortRows: return LaunchShortRowsForward(stream, plan, b, g, eps);
     case Path::kFewRows:
-    case Path::kRowPerBlock:
-    case Path::kRowsPerBlock:
+    case Path::kWideRows:
+    case Path::kBlockRows:
     case Path::kRowTeams:
       return LaunchRowsForward(stream, plan, {b.x, b.w, b.y, b.inv_rms}, g, eps);
     case Path::kGridRows: return LaunchGridRowsForward(stream, plan, b, g, eps);

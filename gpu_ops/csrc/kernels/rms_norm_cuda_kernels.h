@@ -111,8 +111,8 @@ ffi::Error LaunchShortRowsBackward(cudaStream_t stream, const Plan& plan,
 ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
                                       const BackwardBuffers& b, RowGeometry g);
 
-// kFewRows, kRowPerBlock, kRowsPerBlock and kRowTeams; with a residual add
-// (where b has one), kFewRows and kRowsPerBlock, the planner's only paths
+// kFewRows, kWideRows, kBlockRows and kRowTeams; with a residual add
+// (where b has one), kFewRows and kBlockRows, the planner's only paths
 // for it.
 ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
                              const ResidualForwardBuffers& b, RowGeometry g,

@@ -536,7 +536,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
           shape.vectors, [&](auto vectors) -> ffi::Error {
             constexpr int kVectors = decltype(vectors)::value;
             if constexpr (!kResidual && sizeof(T) == 2) {
-              if (plan.path == Path::kRowPerBlock) {
+              if (plan.path == Path::kWideRows) {
                 RowForwardKernel<T, kVectors>
                     <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
                         x, w, y, inv_rms, row_vectors, inv_row_length, epsilon);
@@ -545,7 +545,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
             }
             // The kernel's rows a block are a template argument: the plan's.
             constexpr int kRows = RowsPerBlock(kVectors, kResidual);
-            if (plan.path == Path::kRowsPerBlock && plan.rows_per_group == kRows) {
+            if (plan.path == Path::kBlockRows && plan.rows_per_group == kRows) {
               FastForwardKernel<T, kVectors, kRows, kResidual>
                   <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
                       x, w, y, inv_rms, g.rows, row_vectors, inv_row_length,

@@ -152,9 +152,9 @@ std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, Pa
 
 // Why 16-bit rows of more than 512 threads a block do not get a block each
 // (RowForwardKernel), or nullptr where they do.
-const char* NotRowPerBlock(const Problem& p, const Shape& shape, PathSet without) {
+const char* NotWideRows(const Problem& p, const Shape& shape, PathSet without) {
   if (p.residual) return kNoResidualKernel;
-  if (Contains(without, Path::kRowPerBlock)) return kLeftOut;
+  if (Contains(without, Path::kWideRows)) return kLeftOut;
   if (ElementBytes(p.dtype) != 2) return "x is not 16-bit";
   if (shape.cluster != 1) return "a row needs a cluster of blocks";
   if (shape.team <= kMaxThreads / 2) return "a row takes at most 512 threads";
@@ -169,31 +169,33 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
       RowVectors(p), kMaxForwardValues / VectorValues(p),
       MaxCluster(device, wide ? kMaxRowCluster : kMaxCluster));
   if (!shape) {
-    for (Path path : {Path::kRowPerBlock, Path::kRowsPerBlock}) Refuse(refused, path, kRowTooLong);
+    for (Path path : {Path::kWideRows, Path::kBlockRows}) Refuse(refused, path, kRowTooLong);
     return Refuse(refused, Path::kRowTeams, kRowTooLong);
   }
   Plan plan;
   plan.shape = *shape;
   // 16-bit rows in blocks of more than 512 threads: one row a block, so that
   // an SM holds two blocks (RowForwardKernel).
-  if (const char* why = NotRowPerBlock(p, *shape, without)) {
-    Refuse(refused, Path::kRowPerBlock, why);
+  if (const char* why = NotWideRows(p, *shape, without)) {
+    Refuse(refused, Path::kWideRows, why);
   } else {
-    plan.path = Path::kRowPerBlock;
+    plan.path = Path::kWideRows;
+    plan.shape.teams = 1;  // a row a block: blocks of one team
     plan.groups = p.rows;
     return plan;
   }
   // A block holds a row, and a grid covers all rows: one block per
   // RowsPerBlock rows.
   const int rows_per_block = RowsPerBlock(shape->vectors, p.residual);
-  if (Contains(without, Path::kRowsPerBlock)) {
-    Refuse(refused, Path::kRowsPerBlock, kLeftOut);
+  if (Contains(without, Path::kBlockRows)) {
+    Refuse(refused, Path::kBlockRows, kLeftOut);
   } else if (shape->cluster != 1) {
-    Refuse(refused, Path::kRowsPerBlock, "a row needs a cluster of blocks");
+    Refuse(refused, Path::kBlockRows, "a row needs a cluster of blocks");
   } else if (CeilDiv(p.rows, rows_per_block) > kMaxGrid) {
-    Refuse(refused, Path::kRowsPerBlock, "more rows than a grid has blocks");
+    Refuse(refused, Path::kBlockRows, "more rows than a grid has blocks");
   } else {
-    plan.path = Path::kRowsPerBlock;
+    plan.path = Path::kBlockRows;
+    plan.shape.teams = 1;  // blocks of one team, which takes rows_per_block rows
     plan.groups = CeilDiv(p.rows, rows_per_block);
     plan.rows_per_group = rows_per_block;
     return plan;
@@ -355,13 +357,13 @@ constexpr const char* kNotFast =
 Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
                  Refusals* refused) {
   if (!Fast(p)) {
-    return General({Path::kShortRows, Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock,
+    return General({Path::kShortRows, Path::kFewRows, Path::kWideRows, Path::kBlockRows,
                     Path::kRowTeams, Path::kGridRows, Path::kSharedRow, Path::kSplitRows},
                    kNotFast, refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/true, without, refused)) return *plan;
   if (p.float32_weight) {
-    return General({Path::kFewRows, Path::kRowPerBlock, Path::kRowsPerBlock, Path::kRowTeams,
+    return General({Path::kFewRows, Path::kWideRows, Path::kBlockRows, Path::kRowTeams,
                     Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kOneDType, refused);
   }
   if (auto plan = FewRows(p, device, without, refused)) return *plan;
@@ -425,8 +427,8 @@ const char* PathName(Path path) {
     case Path::kShortRows: return "short_rows";
     case Path::kColumnSlices: return "column_slices";
     case Path::kFewRows: return "few_rows";
-    case Path::kRowPerBlock: return "row_per_block";
-    case Path::kRowsPerBlock: return "rows_per_block";
+    case Path::kWideRows: return "wide_rows";
+    case Path::kBlockRows: return "block_rows";
     case Path::kRowTeams: return "row_teams";
     case Path::kGridRows: return "grid_rows";
     case Path::kSharedRow: return "shared_row";

@@ -18,9 +18,9 @@
 //                 takes 16-bit x with a float32 weight (rms_norm_short_rows.cu);
 //   kFewRows      a block per row and a thread per 16-byte vector, when the
 //                 GPU holds every row's block at once (rms_norm_fast.cu);
-//   kRowPerBlock  16-bit rows of more than 512 vectors: a row a block, two
-//                 blocks an SM;
-//   kRowsPerBlock the other rows a block holds: a block takes one or more
+//   kWideRows     16-bit rows of more than 512 vectors (wider than half a
+//                 block): a row a 1024-thread block, two blocks an SM;
+//   kBlockRows    the other rows a block holds: a block takes one or more
 //                 rows, each thread keeping all its loads of them in flight;
 //   kRowTeams     rows over a cluster of up to 8 blocks (Hopper; of 16 for
 //                 up to kWideClusterRows rows), or more rows than a grid
@@ -41,7 +41,7 @@
 // kRowTeams (rows a team or cluster holds), kGridRows, kSplitRows and
 // kGeneral, likewise.
 // forward with a residual add (Problem::residual): kFewRows and
-// kRowsPerBlock; kGeneral runs the general kernel with the residual add
+// kBlockRows; kGeneral runs the general kernel with the residual add
 // (rms_norm_general.cu).
 #ifndef GPU_OPS_RMS_NORM_PLAN_H_
 #define GPU_OPS_RMS_NORM_PLAN_H_
@@ -188,7 +188,7 @@ struct Problem {
   DType dtype;  // x's
   int64_t chunk_sums;    // floats of the chunk_sums scratch (cuda_scratch.h)
   int64_t num_partials;  // rows of the weight-gradient scratch (backward)
-  // The forward adds a residual to x first: only kFewRows and kRowsPerBlock
+  // The forward adds a residual to x first: only kFewRows and kBlockRows
   // have kernels for it, and kGeneral's residual kernel takes the other
   // rows.
   bool residual = false;
@@ -201,8 +201,8 @@ enum class Path {
   kShortRows,
   kColumnSlices,
   kFewRows,
-  kRowPerBlock,
-  kRowsPerBlock,
+  kWideRows,
+  kBlockRows,
   kRowTeams,
   kGridRows,
   kSharedRow,
