@@ -22,41 +22,20 @@ py::capsule Capsule(Handler* handler) {
   return py::capsule(reinterpret_cast<void*>(handler));
 }
 
+// Each platform's {target name: handler capsule}, from ffi_targets.h's list.
 py::dict Targets() {
   py::dict cpu;
-  cpu["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCpu);
-  cpu["gpu_ops_rms_norm_residual_fwd"] =
-      Capsule(gpu_ops::RmsNormResidualForwardCpu);
-  cpu["gpu_ops_rms_norm_fp8_fwd"] = Capsule(gpu_ops::RmsNormQuantisedForwardCpu);
-  cpu["gpu_ops_rms_norm_residual_fp8_fwd"] =
-      Capsule(gpu_ops::RmsNormResidualQuantisedForwardCpu);
-  cpu["gpu_ops_rms_norm_fp8_scaled_fwd"] =
-      Capsule(gpu_ops::RmsNormScaledQuantisedForwardCpu);
-  cpu["gpu_ops_rms_norm_residual_fp8_scaled_fwd"] =
-      Capsule(gpu_ops::RmsNormResidualScaledQuantisedForwardCpu);
-  cpu["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCpu);
-  cpu["gpu_ops_rms_norm_from_fp8_fwd"] = Capsule(gpu_ops::RmsNormFromFloat8ForwardCpu);
-  cpu["gpu_ops_rms_norm_from_fp8_bwd"] = Capsule(gpu_ops::RmsNormFromFloat8BackwardCpu);
+#define GPU_OPS_CPU_TARGET(name, target, ...) cpu[target] = Capsule(gpu_ops::RmsNorm##name##Cpu);
+  GPU_OPS_FFI_TARGETS(GPU_OPS_CPU_TARGET)
+#undef GPU_OPS_CPU_TARGET
   py::dict targets;
   targets["cpu"] = cpu;
 #ifdef GPU_OPS_WITH_CUDA
   py::dict cuda;
-  cuda["gpu_ops_rms_norm_fwd"] = Capsule(gpu_ops::RmsNormForwardCuda);
-  cuda["gpu_ops_rms_norm_residual_fwd"] =
-      Capsule(gpu_ops::RmsNormResidualForwardCuda);
-  cuda["gpu_ops_rms_norm_fp8_fwd"] =
-      Capsule(gpu_ops::RmsNormQuantisedForwardCuda);
-  cuda["gpu_ops_rms_norm_residual_fp8_fwd"] =
-      Capsule(gpu_ops::RmsNormResidualQuantisedForwardCuda);
-  cuda["gpu_ops_rms_norm_fp8_scaled_fwd"] =
-      Capsule(gpu_ops::RmsNormScaledQuantisedForwardCuda);
-  cuda["gpu_ops_rms_norm_residual_fp8_scaled_fwd"] =
-      Capsule(gpu_ops::RmsNormResidualScaledQuantisedForwardCuda);
-  cuda["gpu_ops_rms_norm_bwd"] = Capsule(gpu_ops::RmsNormBackwardCuda);
-  cuda["gpu_ops_rms_norm_from_fp8_fwd"] =
-      Capsule(gpu_ops::RmsNormFromFloat8ForwardCuda);
-  cuda["gpu_ops_rms_norm_from_fp8_bwd"] =
-      Capsule(gpu_ops::RmsNormFromFloat8BackwardCuda);
+#define GPU_OPS_CUDA_TARGET(name, target, ...) \
+  cuda[target] = Capsule(gpu_ops::RmsNorm##name##Cuda);
+  GPU_OPS_FFI_TARGETS(GPU_OPS_CUDA_TARGET)
+#undef GPU_OPS_CUDA_TARGET
   targets["CUDA"] = cuda;
 #endif
   return targets;

@@ -12,18 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/row_geometry.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gpu_ops {
 
 namespace ffi = xla::ffi;
-
-// An RMS norm input seen as a matrix: `rows` independent rows of `row_length`
-// elements each (row_length = number of elements in the weight).
-struct RowGeometry {
-  int64_t rows;
-  int64_t row_length;
-};
 
 inline bool IsSupportedFloat(ffi::DataType t) {
   return t == ffi::DataType::F16 || t == ffi::DataType::BF16 ||
@@ -152,9 +146,6 @@ inline ffi::Error CheckResidualForwardBuffers(
   }
   return CheckResidualBuffers(x, residual, sum);
 }
-
-// Values of a row quantised to float8 share a scale in groups of this many.
-constexpr int64_t kFloat8Group = 128;
 
 // The forward quantised to float8_e4m3fn: values of x's shape, and a float32
 // scale per group of kFloat8Group values of a row (weight of one dimension,

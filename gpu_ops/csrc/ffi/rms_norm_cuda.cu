@@ -239,93 +239,6 @@ ffi::Error ResidualScaledQuantisedForwardCuda(
                           g, eps);
 }
 
-auto ForwardBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Arg<ffi::AnyBuffer>()  // x
-      .Arg<ffi::AnyBuffer>()  // weight
-      .Ret<ffi::AnyBuffer>()  // y
-      .Ret<ffi::AnyBuffer>()  // inv_rms
-      .Ret<ffi::AnyBuffer>()  // chunk_sums (scratch)
-      .Attr<double>("eps");
-}
-
-auto ResidualForwardBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Arg<ffi::AnyBuffer>()  // x
-      .Arg<ffi::AnyBuffer>()  // weight
-      .Arg<ffi::AnyBuffer>()  // residual
-      .Ret<ffi::AnyBuffer>()  // y
-      .Ret<ffi::AnyBuffer>()  // inv_rms
-      .Ret<ffi::AnyBuffer>()  // x + residual
-      .Attr<double>("eps");
-}
-
-auto QuantisedForwardBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Arg<ffi::AnyBuffer>()  // x
-      .Arg<ffi::AnyBuffer>()  // weight
-      .Ret<ffi::AnyBuffer>()  // float8 values of y
-      .Ret<ffi::AnyBuffer>()  // inv_rms
-      .Ret<ffi::AnyBuffer>()  // scales
-      .Attr<double>("eps");
-}
-
-auto ResidualQuantisedForwardBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Arg<ffi::AnyBuffer>()  // x
-      .Arg<ffi::AnyBuffer>()  // weight
-      .Arg<ffi::AnyBuffer>()  // residual
-      .Ret<ffi::AnyBuffer>()  // float8 values of y
-      .Ret<ffi::AnyBuffer>()  // inv_rms
-      .Ret<ffi::AnyBuffer>()  // scales
-      .Ret<ffi::AnyBuffer>()  // x + residual
-      .Attr<double>("eps");
-}
-
-auto ScaledQuantisedForwardBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Arg<ffi::AnyBuffer>()  // x
-      .Arg<ffi::AnyBuffer>()  // weight
-      .Arg<ffi::AnyBuffer>()  // row_scales
-      .Ret<ffi::AnyBuffer>()  // float8 values of y
-      .Ret<ffi::AnyBuffer>()  // inv_rms
-      .Ret<ffi::AnyBuffer>()  // groups' largest |y|
-      .Attr<double>("eps");
-}
-
-auto ResidualScaledQuantisedForwardBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Arg<ffi::AnyBuffer>()  // x
-      .Arg<ffi::AnyBuffer>()  // weight
-      .Arg<ffi::AnyBuffer>()  // residual
-      .Arg<ffi::AnyBuffer>()  // row_scales
-      .Ret<ffi::AnyBuffer>()  // float8 values of y
-      .Ret<ffi::AnyBuffer>()  // inv_rms
-      .Ret<ffi::AnyBuffer>()  // groups' largest |y|
-      .Ret<ffi::AnyBuffer>()  // x + residual
-      .Attr<double>("eps");
-}
-
-auto BackwardBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Arg<ffi::AnyBuffer>()  // dy
-      .Arg<ffi::AnyBuffer>()  // inv_rms
-      .Arg<ffi::AnyBuffer>()  // x
-      .Arg<ffi::AnyBuffer>()  // weight
-      .Ret<ffi::AnyBuffer>()  // dx
-      .Ret<ffi::AnyBuffer>()  // dweight
-      .Ret<ffi::AnyBuffer>()  // dweight_partials (scratch)
-      .Ret<ffi::AnyBuffer>()  // chunk_sums (scratch)
-      .Attr<double>("eps");
-}
-
 }  // namespace
 
 Plan PlanForwardOnCurrentGpu(const Problem& problem, PathSet without, Refusals* refused) {
@@ -336,29 +249,11 @@ Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without, Refusals*
   return PlanBackward(problem, CurrentGpu(), without, refused);
 }
 
-// kCmdBufferCompatible: the handlers only launch kernels on the stream, into
-// buffers XLA passes, so XLA may record them into its CUDA graphs.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCuda, ForwardCuda, ForwardBinding(),
-                              {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualForwardCuda, ResidualForwardCuda,
-                              ResidualForwardBinding(),
-                              {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormQuantisedForwardCuda, QuantisedForwardCuda,
-                              QuantisedForwardBinding(),
-                              {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCuda,
-                              ResidualQuantisedForwardCuda,
-                              ResidualQuantisedForwardBinding(),
-                              {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCuda,
-                              ScaledQuantisedForwardCuda,
-                              ScaledQuantisedForwardBinding(),
-                              {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCuda,
-                              ResidualScaledQuantisedForwardCuda,
-                              ResidualScaledQuantisedForwardBinding(),
-                              {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCuda, BackwardCuda, BackwardBinding(),
-                              {ffi::Traits::kCmdBufferCompatible});
-
+GPU_OPS_DEFINE_CUDA_HANDLER(Forward);
+GPU_OPS_DEFINE_CUDA_HANDLER(ResidualForward);
+GPU_OPS_DEFINE_CUDA_HANDLER(QuantisedForward);
+GPU_OPS_DEFINE_CUDA_HANDLER(ResidualQuantisedForward);
+GPU_OPS_DEFINE_CUDA_HANDLER(ScaledQuantisedForward);
+GPU_OPS_DEFINE_CUDA_HANDLER(ResidualScaledQuantisedForward);
+GPU_OPS_DEFINE_CUDA_HANDLER(Backward);
 }  // namespace gpu_ops

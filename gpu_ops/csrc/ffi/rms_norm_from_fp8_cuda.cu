@@ -49,29 +49,6 @@ ffi::Error FromFloat8BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormFromFloat8ForwardCuda, FromFloat8ForwardCuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // float8 values of x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Arg<ffi::AnyBuffer>()  // x's scales
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Ret<ffi::AnyBuffer>()  // inv_rms
-                                  .Attr<double>("eps"),
-                              {ffi::Traits::kCmdBufferCompatible});
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormFromFloat8BackwardCuda, FromFloat8BackwardCuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // dy
-                                  .Arg<ffi::AnyBuffer>()  // inv_rms
-                                  .Arg<ffi::AnyBuffer>()  // float8 values of x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Arg<ffi::AnyBuffer>()  // x's scales
-                                  .Ret<ffi::AnyBuffer>()  // dx
-                                  .Ret<ffi::AnyBuffer>()  // dweight
-                                  .Ret<ffi::AnyBuffer>()  // dweight_partials (scratch)
-                                  .Attr<double>("eps"),
-                              {ffi::Traits::kCmdBufferCompatible});
-
+GPU_OPS_DEFINE_CUDA_HANDLER(FromFloat8Forward);
+GPU_OPS_DEFINE_CUDA_HANDLER(FromFloat8Backward);
 }  // namespace gpu_ops

@@ -19,31 +19,22 @@
 #ifndef GPU_OPS_RMS_NORM_HANDLERS_H_
 #define GPU_OPS_RMS_NORM_HANDLERS_H_
 
+#include "ffi/ffi_targets.h"
 #include "plan/rms_norm_plan.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace gpu_ops {
 
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualForwardCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormQuantisedForwardCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8ForwardCpu);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8BackwardCpu);
+// RmsNorm<Name>Cpu and, in a build with CUDA, RmsNorm<Name>Cuda, for each
+// target of ffi_targets.h.
+#define GPU_OPS_DECLARE_CPU(name, ...) XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNorm##name##Cpu);
+GPU_OPS_FFI_TARGETS(GPU_OPS_DECLARE_CPU)
+#undef GPU_OPS_DECLARE_CPU
 
 #ifdef GPU_OPS_WITH_CUDA
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormForwardCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualForwardCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormQuantisedForwardCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormBackwardCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8ForwardCuda);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNormFromFloat8BackwardCuda);
+#define GPU_OPS_DECLARE_CUDA(name, ...) XLA_FFI_DECLARE_HANDLER_SYMBOL(RmsNorm##name##Cuda);
+GPU_OPS_FFI_TARGETS(GPU_OPS_DECLARE_CUDA)
+#undef GPU_OPS_DECLARE_CUDA
 // The plans the handlers make on the current GPU, given the paths left out
 // of the plans (LeaveOutOfPlans; with the same occupancy answers and the same
 // clusters setting), and the paths passed over on the way.

@@ -18,10 +18,10 @@
 #include <tuple>
 #include <type_traits>
 
-#include "ffi/rms_norm_checks.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/row_geometry.h"
 
 // Everything here is inline or a template: each file that includes this
 // header may use it, and the linker keeps one copy.

@@ -6,7 +6,7 @@
 #ifndef GPU_OPS_FLOAT8_WARP_GROUPS_CUH_
 #define GPU_OPS_FLOAT8_WARP_GROUPS_CUH_
 
-#include "ffi/rms_norm_checks.h"
+#include "kernels/row_geometry.h"
 #include "plan/rms_norm_plan.h"
 
 namespace gpu_ops {

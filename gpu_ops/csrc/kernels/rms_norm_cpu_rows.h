@@ -1,16 +1,19 @@
-// The rows of the CPU implementation (rms_norm_cpu.cc), shared with the
-// norm of a float8 input (rms_norm_from_fp8_cpu.cc): the forward's inverse
-// RMS and normalised output, and the backward, every sum in double.
+// The rows of the CPU implementation (its handlers: ffi/rms_norm_cpu.cc),
+// shared with the norm of a float8 input (ffi/rms_norm_from_fp8_cpu.cc): the
+// forward's inverse RMS and its normalised or float8 output, and the
+// backward, every sum in double.
 #ifndef GPU_OPS_RMS_NORM_CPU_ROWS_H_
 #define GPU_OPS_RMS_NORM_CPU_ROWS_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "ffi/rms_norm_checks.h"
 #include "kernels/cpu_half_types.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/float8_e4m3.h"
+#include "kernels/row_geometry.h"
 
 namespace gpu_ops {
 
@@ -82,6 +85,48 @@ struct NormalisedRows {
     };
   }
 };
+
+// y quantised to float8_e4m3fn in groups of kFloat8Group values of a row:
+// each group's scale is its largest |y| over 448 (1 for a group of zeros),
+// and its values are y / scale, rounded (float8_e4m3.h). With row_scales,
+// every value of row r is y / row_scales[r] instead, and `scales` receives
+// each group's largest |y|.
+struct QuantisedRows {
+  ffi::AnyBuffer& values;
+  ffi::AnyBuffer& scales;
+  const ffi::AnyBuffer* row_scales = nullptr;
+
+  template <typename X, typename W>
+  auto For(const W* w, int64_t n) const {
+    uint8_t* out = static_cast<uint8_t*>(values.untyped_data());
+    float* out_scales = static_cast<float*>(scales.untyped_data());
+    const float* given = row_scales == nullptr
+                             ? nullptr
+                             : static_cast<const float*>(row_scales->untyped_data());
+    return [=](int64_t r, const X* row, double inv) {
+      const int64_t groups = n / kFloat8Group;
+      double y[kFloat8Group];
+      for (int64_t group = 0; group < groups; ++group) {
+        const int64_t first = group * kFloat8Group;
+        double largest = 0;
+        for (int64_t k = 0; k < kFloat8Group; ++k) {
+          y[k] = Load<double>(w[first + k]) * (inv * Load<double>(row[first + k]));
+          largest = std::max(largest, std::fabs(y[k]));
+        }
+        const float scale =
+            given != nullptr ? given[r]
+            : largest > 0    ? static_cast<float>(largest / kFloat8E4M3Max)
+                             : 1.0f;
+        out_scales[r * groups + group] =
+            given != nullptr ? static_cast<float>(largest) : scale;
+        for (int64_t k = 0; k < kFloat8Group; ++k) {
+          out[r * n + first + k] = ToFloat8E4M3(y[k] / scale);
+        }
+      }
+    };
+  }
+};
+
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv
 //

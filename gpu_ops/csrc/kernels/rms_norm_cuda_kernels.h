@@ -23,7 +23,7 @@
 
 #include <cstdint>
 
-#include "ffi/rms_norm_checks.h"
+#include "kernels/row_geometry.h"
 #include "plan/rms_norm_plan.h"
 
 namespace gpu_ops {

@@ -1,62 +1,17 @@
-// RMS norm on the CPU: a straightforward reference implementation, so that
-// every chapter of the book runs on a machine without a GPU.
-#include <algorithm>
-#include <cmath>
+// The CPU handlers: RMS norm on the CPU, a straightforward reference
+// implementation (kernels/rms_norm_cpu_rows.h), so that every chapter of the
+// book runs on a machine without a GPU.
 #include <cstdint>
 #include <new>
-#include <vector>
 
 #include "ffi/rms_norm_checks.h"
 #include "ffi/rms_norm_handlers.h"
 #include "kernels/cpu_half_types.h"
 #include "kernels/dtype_dispatch.h"
-#include "kernels/float8_e4m3.h"
 #include "kernels/rms_norm_cpu_rows.h"
 
 namespace gpu_ops {
 namespace {
-
-// y quantised to float8_e4m3fn in groups of kFloat8Group values of a row:
-// each group's scale is its largest |y| over 448 (1 for a group of zeros),
-// and its values are y / scale, rounded (float8_e4m3.h). With row_scales,
-// every value of row r is y / row_scales[r] instead, and `scales` receives
-// each group's largest |y|.
-struct QuantisedRows {
-  ffi::AnyBuffer& values;
-  ffi::AnyBuffer& scales;
-  const ffi::AnyBuffer* row_scales = nullptr;
-
-  template <typename X, typename W>
-  auto For(const W* w, int64_t n) const {
-    uint8_t* out = static_cast<uint8_t*>(values.untyped_data());
-    float* out_scales = static_cast<float*>(scales.untyped_data());
-    const float* given = row_scales == nullptr
-                             ? nullptr
-                             : static_cast<const float*>(row_scales->untyped_data());
-    return [=](int64_t r, const X* row, double inv) {
-      const int64_t groups = n / kFloat8Group;
-      double y[kFloat8Group];
-      for (int64_t group = 0; group < groups; ++group) {
-        const int64_t first = group * kFloat8Group;
-        double largest = 0;
-        for (int64_t k = 0; k < kFloat8Group; ++k) {
-          y[k] = Load<double>(w[first + k]) * (inv * Load<double>(row[first + k]));
-          largest = std::max(largest, std::fabs(y[k]));
-        }
-        const float scale =
-            given != nullptr ? given[r]
-            : largest > 0    ? static_cast<float>(largest / kFloat8E4M3Max)
-                             : 1.0f;
-        out_scales[r * groups + group] =
-            given != nullptr ? static_cast<float>(largest) : scale;
-        for (int64_t k = 0; k < kFloat8Group; ++k) {
-          out[r * n + first + k] = ToFloat8E4M3(y[k] / scale);
-        }
-      }
-    };
-  }
-};
-
 
 template <typename Fn>
 ffi::Error DispatchCpu(ffi::DataType x_type, ffi::DataType w_type, Fn&& fn) {
@@ -203,77 +158,11 @@ ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormForwardCpu, ForwardCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Ret<ffi::AnyBuffer>()  // inv_rms
-                                  .Attr<double>("eps"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualForwardCpu, ResidualForwardCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Arg<ffi::AnyBuffer>()  // residual
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Ret<ffi::AnyBuffer>()  // inv_rms
-                                  .Ret<ffi::AnyBuffer>()  // x + residual
-                                  .Attr<double>("eps"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormQuantisedForwardCpu, QuantisedForwardCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Ret<ffi::AnyBuffer>()  // float8 values of y
-                                  .Ret<ffi::AnyBuffer>()  // inv_rms
-                                  .Ret<ffi::AnyBuffer>()  // scales
-                                  .Attr<double>("eps"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualQuantisedForwardCpu,
-                              ResidualQuantisedForwardCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Arg<ffi::AnyBuffer>()  // residual
-                                  .Ret<ffi::AnyBuffer>()  // float8 values of y
-                                  .Ret<ffi::AnyBuffer>()  // inv_rms
-                                  .Ret<ffi::AnyBuffer>()  // scales
-                                  .Ret<ffi::AnyBuffer>()  // x + residual
-                                  .Attr<double>("eps"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormScaledQuantisedForwardCpu,
-                              ScaledQuantisedForwardCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Arg<ffi::AnyBuffer>()  // row_scales
-                                  .Ret<ffi::AnyBuffer>()  // float8 values of y
-                                  .Ret<ffi::AnyBuffer>()  // inv_rms
-                                  .Ret<ffi::AnyBuffer>()  // groups' largest |y|
-                                  .Attr<double>("eps"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormResidualScaledQuantisedForwardCpu,
-                              ResidualScaledQuantisedForwardCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Arg<ffi::AnyBuffer>()  // residual
-                                  .Arg<ffi::AnyBuffer>()  // row_scales
-                                  .Ret<ffi::AnyBuffer>()  // float8 values of y
-                                  .Ret<ffi::AnyBuffer>()  // inv_rms
-                                  .Ret<ffi::AnyBuffer>()  // groups' largest |y|
-                                  .Ret<ffi::AnyBuffer>()  // x + residual
-                                  .Attr<double>("eps"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormBackwardCpu, BackwardCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // dy
-                                  .Arg<ffi::AnyBuffer>()  // inv_rms
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Ret<ffi::AnyBuffer>()  // dx
-                                  .Ret<ffi::AnyBuffer>()  // dweight
-                                  .Attr<double>("eps"));
-
+GPU_OPS_DEFINE_CPU_HANDLER(Forward);
+GPU_OPS_DEFINE_CPU_HANDLER(ResidualForward);
+GPU_OPS_DEFINE_CPU_HANDLER(QuantisedForward);
+GPU_OPS_DEFINE_CPU_HANDLER(ResidualQuantisedForward);
+GPU_OPS_DEFINE_CPU_HANDLER(ScaledQuantisedForward);
+GPU_OPS_DEFINE_CPU_HANDLER(ResidualScaledQuantisedForward);
+GPU_OPS_DEFINE_CPU_HANDLER(Backward);
 }  // namespace gpu_ops

@@ -1,7 +1,7 @@
-// The norm of a float8 input on the CPU: each value is its float8_e4m3fn
+// The CPU handlers of the norm of a float8 input: each value is its float8_e4m3fn
 // value times its group's float32 scale (rounded to float32, as the CUDA
 // kernel and jnp compute it), and from there the rows are normalised, and
-// differentiated, as rms_norm_cpu.cc's are.
+// differentiated, as rms_norm_cpu.cc's are (kernels/rms_norm_cpu_rows.h).
 #include <cstdint>
 #include <new>
 #include <vector>
@@ -87,24 +87,6 @@ ffi::Error FromFloat8BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormFromFloat8ForwardCpu, FromFloat8ForwardCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // float8 values of x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Arg<ffi::AnyBuffer>()  // x's scales
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Ret<ffi::AnyBuffer>()  // inv_rms
-                                  .Attr<double>("eps"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormFromFloat8BackwardCpu, FromFloat8BackwardCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // dy
-                                  .Arg<ffi::AnyBuffer>()  // inv_rms
-                                  .Arg<ffi::AnyBuffer>()  // float8 values of x
-                                  .Arg<ffi::AnyBuffer>()  // weight
-                                  .Arg<ffi::AnyBuffer>()  // x's scales
-                                  .Ret<ffi::AnyBuffer>()  // dx
-                                  .Ret<ffi::AnyBuffer>()  // dweight
-                                  .Attr<double>("eps"));
-
+GPU_OPS_DEFINE_CPU_HANDLER(FromFloat8Forward);
+GPU_OPS_DEFINE_CPU_HANDLER(FromFloat8Backward);
 }  // namespace gpu_ops
