@@ -23,7 +23,8 @@ Every other rule (VJP, vmap, partitioning) is the same for both.
 
 ``DESCRIPTIONS`` says of every primitive what its operands and results are
 (rows, normalised axes, a value per row or per group of a row, the weight
-gradient), from which its partitioning and vmap rules follow.
+gradient; of x's dtype, the weight's, ...), from which its abstract
+evaluation, its partitioning and its vmap rule follow.
 
 where ``weight`` covers the trailing ``weight.ndim`` axes of ``x``, ``y`` and
 ``dy`` have weight's dtype, and ``inv_rms`` has x's leading shape and is
@@ -64,112 +65,45 @@ def _like(aval, shape, dtype):
     return aval.update(shape=shape, dtype=dtype, weak_type=False, sharding=sharding)
 
 
-def _forward_abstract_eval(x, weight, *residual, **params):
+def _abstract_eval(primitive, *operands, **params):
+    """The results' types, from the primitive's description (a per-shard
+    primitive's is its partitioned one's)."""
     del params
-    assert all(r.shape == x.shape and r.dtype == x.dtype for r in residual), (x, residual)
-    return (
-        _like(x, x.shape, weight.dtype),
-        _like(x, leading_shape(x, weight), inv_rms_dtype(x.dtype)),
-        *(_like(x, x.shape, x.dtype) for _ in residual),
-    )
+    description = DESCRIPTIONS.get(primitive) or DESCRIPTIONS[_PARTITIONED[primitive]]
+    return description.layouts[len(operands)].abstract_eval(operands)
 
 
-def _backward_abstract_eval(dy, inv_rms, x, weight, **params):
-    del params
-    assert dy.shape == x.shape and dy.dtype == weight.dtype, (dy, x, weight)
-    assert inv_rms.shape == leading_shape(x, weight), (inv_rms, x, weight)
-    return (
-        _like(x, x.shape, x.dtype),
-        _like(weight, weight.shape, weight.dtype),
-    )
-
-
-def _quantised_forward_abstract_eval(x, weight, *residual, **params):
-    del params
-    leading = leading_shape(x, weight)
-    return (
-        _like(x, x.shape, jnp.float8_e4m3fn),
-        _like(x, leading, inv_rms_dtype(x.dtype)),
-        _like(x, (*leading, weight.shape[-1] // FLOAT8_GROUP), jnp.float32),
-        *(_like(x, x.shape, x.dtype) for _ in residual),
-    )
-
-
-def _scaled_quantised_forward_abstract_eval(x, weight, *residual_and_row_scales, **params):
-    *residual, row_scales = residual_and_row_scales
-    assert row_scales.shape == leading_shape(x, weight), (x, row_scales)
-    assert row_scales.dtype == jnp.float32, row_scales
-    return _quantised_forward_abstract_eval(x, weight, *residual, **params)
-
-
-def _from_fp8_forward_abstract_eval(values, weight, scales, **params):
-    del params
-    assert values.dtype == jnp.float8_e4m3fn and scales.dtype == jnp.float32, (values, scales)
-    assert scales.shape == (*values.shape[:-1], weight.shape[0] // FLOAT8_GROUP), scales
-    return (_like(values, values.shape, weight.dtype),
-            _like(values, values.shape[:-1], jnp.float32))
-
-
-def _from_fp8_backward_abstract_eval(dy, inv_rms, values, weight, scales, **params):
-    del params
-    assert dy.shape == values.shape and dy.dtype == weight.dtype, (dy, values, weight)
-    assert inv_rms.shape == values.shape[:-1], (inv_rms, values)
-    return (_like(values, values.shape, weight.dtype),
-            _like(weight, weight.shape, weight.dtype))
-
-
-def _through_fp8_input_forward_abstract_eval(x, weight, **params):
-    del params
-    leading = x.shape[:-1]
-    return (_like(x, x.shape, weight.dtype), _like(x, leading, jnp.float32),
-            _like(x, x.shape, jnp.float8_e4m3fn),
-            _like(x, (*leading, weight.shape[0] // FLOAT8_GROUP), jnp.float32))
-
-
-def _tangent_abstract_eval(x, weight, inv_rms, dx, dweight, **params):
-    del params
-    assert dx.shape == x.shape and dweight.shape == weight.shape, (x, dx, weight, dweight)
-    assert inv_rms.shape == x.shape[: x.ndim - weight.ndim], (inv_rms, x, weight)
-    return (_like(x, x.shape, weight.dtype),)
-
-
-def _from_fp8_tangent_abstract_eval(values, weight, scales, inv_rms, dx, dweight, **params):
-    del scales
-    return _tangent_abstract_eval(values, weight, inv_rms, dx, dweight, **params)
-
-
-def _primitive(name, abstract_eval, impl=None):
+def _primitive(name, impl=None):
     primitive = Primitive(name)
     primitive.multiple_results = True
     primitive.def_impl(impl or partial(xla.apply_primitive, primitive))
-    primitive.def_abstract_eval(abstract_eval)
+    primitive.def_abstract_eval(partial(_abstract_eval, primitive))
     return primitive
 
 
-def _partitioned(name, abstract_eval):
+def _partitioned(name):
     """(`name`, `name`_shard): the primitive custom partitioning splits and
     the one each device runs, with the same abstract evaluation. Outside jit
     there is nothing to partition: the first runs the second."""
-    shard = _primitive(f"{name}_shard", abstract_eval)
-    return _primitive(name, abstract_eval, shard.bind), shard
+    shard = _primitive(f"{name}_shard")
+    return _primitive(name, shard.bind), shard
 
 
-rms_norm_fwd_p, rms_norm_fwd_shard_p = _partitioned("rms_norm_fwd", _forward_abstract_eval)
-rms_norm_bwd_p, rms_norm_bwd_shard_p = _partitioned("rms_norm_bwd", _backward_abstract_eval)
+rms_norm_fwd_p, rms_norm_fwd_shard_p = _partitioned("rms_norm_fwd")
+rms_norm_bwd_p, rms_norm_bwd_shard_p = _partitioned("rms_norm_bwd")
 
 #: The forward quantised to float8: ``(x, weight) -> (values, inv_rms,
 #: scales)``, y in float8_e4m3fn with a float32 scale per group of
 #: FLOAT8_GROUP values of a row (weight of one dimension; float8.py); with a
 #: residual operand, of x + residual, which comes last.
-rms_norm_fp8_fwd_p, rms_norm_fp8_fwd_shard_p = _partitioned(
-    "rms_norm_fp8_fwd", _quantised_forward_abstract_eval)
+rms_norm_fp8_fwd_p, rms_norm_fp8_fwd_shard_p = _partitioned("rms_norm_fp8_fwd")
 
 #: The same with a float32 scale per row given, the last operand (a tensor's
 #: one scale, broadcast): ``(x, weight, row_scales) -> (values, inv_rms,
 #: largest)``, the values y / the row's scale, and each group's largest |y|
 #: in place of its scale.
 rms_norm_fp8_scaled_fwd_p, rms_norm_fp8_scaled_fwd_shard_p = _partitioned(
-    "rms_norm_fp8_scaled_fwd", _scaled_quantised_forward_abstract_eval)
+    "rms_norm_fp8_scaled_fwd")
 
 #: The norm of a float8 input, x the float8_e4m3fn values times their
 #: float32 scales, one per group of FLOAT8_GROUP values of a row (float8.py),
@@ -178,33 +112,36 @@ rms_norm_fp8_scaled_fwd_p, rms_norm_fp8_scaled_fwd_shard_p = _partitioned(
 #: dweight)``, where y, dy and dx have the weight's dtype and inv_rms is
 #: float32. The weight is second, as in the other forwards, so that they
 #: share their vmap rule.
-rms_norm_from_fp8_fwd_p, rms_norm_from_fp8_fwd_shard_p = _partitioned(
-    "rms_norm_from_fp8_fwd", _from_fp8_forward_abstract_eval)
-rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_bwd_shard_p = _partitioned(
-    "rms_norm_from_fp8_bwd", _from_fp8_backward_abstract_eval)
+rms_norm_from_fp8_fwd_p, rms_norm_from_fp8_fwd_shard_p = _partitioned("rms_norm_from_fp8_fwd")
+rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_bwd_shard_p = _partitioned("rms_norm_from_fp8_bwd")
 #: x quantised to float8 by jnp, then the forward of that float8 input:
 #: ``(x, weight) -> (y, inv_rms, values, scales)``. One primitive, so that x
 #: is partitioned before it is quantised: XLA could otherwise split a
 #: normalised axis of x, and so its groups, across devices, and then the
 #: scales' sharding would fit no mesh.
 rms_norm_through_fp8_input_fwd_p, rms_norm_through_fp8_input_fwd_shard_p = _partitioned(
-    "rms_norm_through_fp8_input_fwd", _through_fp8_input_forward_abstract_eval)
+    "rms_norm_through_fp8_input_fwd")
 
 #: y's tangent, linear in the tangents of x and the weight (autodiff.py):
 #: ``(x, weight, inv_rms, dx, dweight) -> (dy,)``, dy in the weight's dtype,
 #: with the forward's parameters. Its transpose runs the backward.
-rms_norm_tangent_p = _primitive("rms_norm_tangent", _tangent_abstract_eval)
+rms_norm_tangent_p = _primitive("rms_norm_tangent")
 #: The same for a float8 input, given as its values and scales:
 #: ``(values, weight, scales, inv_rms, dx, dweight) -> (dy,)``, dx float32.
-rms_norm_from_fp8_tangent_p = _primitive("rms_norm_from_fp8_tangent",
-                                         _from_fp8_tangent_abstract_eval)
+rms_norm_from_fp8_tangent_p = _primitive("rms_norm_from_fp8_tangent")
+
+
+#: The dtypes that layouts name by role (Layout.dtypes), beside x's, the
+#: weight's and inv_rms's, which depend on the operands.
+_FIXED_DTYPES = {"float8": jnp.float8_e4m3fn, "float32": jnp.float32}
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """What each operand and result of a primitive is, by kind, for the rules
-    that follow from it alone (partitioning, sharding.py; batching,
-    batching.py):
+    """What each operand and result of a primitive is, by kind, from which its
+    abstract evaluation (the results' shapes and dtypes; the operands'
+    checked), its partitioning (sharding.py) and its batching (batching.py)
+    follow:
 
     - ``"x"``: rows, then the normalised axes (x, a residual, y, dy, dx,
       float8 values, x + residual);
@@ -214,15 +151,38 @@ class Layout:
       scales and the groups' largest values);
     - ``"dn"``: the weight's gradient, a sum over every row.
 
-    `x` is the operand of kind "x" whose sharding the rows keep; `residual`,
-    whether a residual operand is added to x (the third), which the handlers
-    take as variants of their own (lowering.py).
+    and of what dtype (`operand_dtypes`, `result_dtypes`): ``"x"`` (the dtype
+    of operand `x`), ``"weight"`` (of the first operand of kind "n"),
+    ``"inv_rms"`` (inv_rms_dtype of x's), ``"float8"``, ``"float32"``, or
+    None (an operand of any dtype).
+
+    `x` is the operand of kind "x" whose shape and sharding the rows keep;
+    `residual`, whether a residual operand is added to x (the third), which
+    the handlers take as variants of their own (lowering.py).
     """
 
     operands: tuple
     results: tuple
+    operand_dtypes: tuple
+    result_dtypes: tuple
     x: int = 0
     residual: bool = False
+
+    def abstract_eval(self, operands):
+        """The results' types, of shapes and dtypes that follow from the
+        operands' (asserted to fit the layout)."""
+        x, weight = operands[self.x], operands[self.operands.index("n")]
+        leading = leading_shape(x, weight)
+        shapes = {"x": x.shape, "n": weight.shape, "dn": weight.shape, "rows": leading,
+                  "groups": (*leading, weight.shape[-1] // FLOAT8_GROUP)}
+        dtypes = {"x": x.dtype, "weight": weight.dtype, "inv_rms": inv_rms_dtype(x.dtype),
+                  **_FIXED_DTYPES}
+        for operand, kind, dtype in zip(operands, self.operands, self.operand_dtypes,
+                                        strict=True):
+            assert operand.shape == shapes[kind], (kind, operands)
+            assert dtype is None or operand.dtype == dtypes[dtype], (dtype, operands)
+        return tuple(_like(weight if kind == "dn" else x, shapes[kind], dtypes[dtype])
+                     for kind, dtype in zip(self.results, self.result_dtypes, strict=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,9 +197,14 @@ class Description:
     kernels: bool = False
 
 
-_FORWARD = Layout(("x", "n"), ("x", "rows"))
-_RESIDUAL_FORWARD = Layout(("x", "n", "x"), ("x", "rows", "x"), residual=True)
-_BACKWARD = Layout(("x", "rows", "x", "n"), ("x", "dn"), x=2)
+# Layout(kinds of the operands, of the results, dtypes of the operands, of
+# the results)
+_FORWARD = Layout(("x", "n"), ("x", "rows"), ("x", "weight"), ("weight", "inv_rms"))
+_RESIDUAL_FORWARD = Layout(("x", "n", "x"), ("x", "rows", "x"), ("x", "weight", "x"),
+                           ("weight", "inv_rms", "x"), residual=True)
+_BACKWARD = Layout(("x", "rows", "x", "n"), ("x", "dn"), ("weight", "inv_rms", "x", "weight"),
+                   ("x", "weight"), x=2)
+_FP8_RESULTS = ("float8", "inv_rms", "float32")
 
 #: Every primitive's description.
 DESCRIPTIONS = {
@@ -247,22 +212,37 @@ DESCRIPTIONS = {
                                 kernels=True),
     rms_norm_bwd_p: Description({4: _BACKWARD}, rms_norm_bwd_shard_p, kernels=True),
     rms_norm_fp8_fwd_p: Description(
-        {2: Layout(("x", "n"), ("x", "rows", "groups")),
-         3: Layout(("x", "n", "x"), ("x", "rows", "groups", "x"), residual=True)},
+        {2: Layout(("x", "n"), ("x", "rows", "groups"), ("x", "weight"), _FP8_RESULTS),
+         3: Layout(("x", "n", "x"), ("x", "rows", "groups", "x"), ("x", "weight", "x"),
+                   (*_FP8_RESULTS, "x"), residual=True)},
         rms_norm_fp8_fwd_shard_p),
     rms_norm_fp8_scaled_fwd_p: Description(
-        {3: Layout(("x", "n", "rows"), ("x", "rows", "groups")),
-         4: Layout(("x", "n", "x", "rows"), ("x", "rows", "groups", "x"), residual=True)},
+        {3: Layout(("x", "n", "rows"), ("x", "rows", "groups"), ("x", "weight", "float32"),
+                   _FP8_RESULTS),
+         4: Layout(("x", "n", "x", "rows"), ("x", "rows", "groups", "x"),
+                   ("x", "weight", "x", "float32"), (*_FP8_RESULTS, "x"), residual=True)},
         rms_norm_fp8_scaled_fwd_shard_p),
-    rms_norm_from_fp8_fwd_p: Description({3: Layout(("x", "n", "groups"), ("x", "rows"))},
-                                         rms_norm_from_fp8_fwd_shard_p),
+    rms_norm_from_fp8_fwd_p: Description(
+        {3: Layout(("x", "n", "groups"), ("x", "rows"), ("float8", "weight", "float32"),
+                   ("weight", "float32"))},
+        rms_norm_from_fp8_fwd_shard_p),
     rms_norm_from_fp8_bwd_p: Description(
-        {5: Layout(("x", "rows", "x", "n", "groups"), ("x", "dn"), x=2)},
+        {5: Layout(("x", "rows", "x", "n", "groups"), ("x", "dn"),
+                   ("weight", "float32", "float8", "weight", "float32"), ("weight", "weight"),
+                   x=2)},
         rms_norm_from_fp8_bwd_shard_p),
     rms_norm_through_fp8_input_fwd_p: Description(
-        {2: Layout(("x", "n"), ("x", "rows", "x", "groups"))},
+        {2: Layout(("x", "n"), ("x", "rows", "x", "groups"), ("x", "weight"),
+                   ("weight", "float32", "float8", "float32"))},
         rms_norm_through_fp8_input_fwd_shard_p),
-    rms_norm_tangent_p: Description({5: Layout(("x", "n", "rows", "x", "n"), ("x",))}),
+    # (the tangents of x and the weight: of any dtype their primal's
+    # tangent has)
+    rms_norm_tangent_p: Description(
+        {5: Layout(("x", "n", "rows", "x", "n"), ("x",),
+                   ("x", "weight", "inv_rms", None, None), ("weight",))}),
     rms_norm_from_fp8_tangent_p: Description(
-        {6: Layout(("x", "n", "groups", "rows", "x", "n"), ("x",))}),
+        {6: Layout(("x", "n", "groups", "rows", "x", "n"), ("x",),
+                   ("float8", "weight", "float32", "float32", None, None), ("weight",))}),
 }
+#: The partitioned primitive of each per-shard one.
+_PARTITIONED = {d.shard: p for p, d in DESCRIPTIONS.items() if d.shard is not None}
