@@ -137,7 +137,8 @@ std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, Pa
   }
   const int64_t threads = CeilDiv(CeilDiv(RowVectors(p), kColumnSlices), kWarpSize) * kWarpSize;
   if (threads > kColumnSliceThreads) {
-    return Refuse(refused, Path::kColumnSlices, "a row has more vectors than 8 blocks of 256 threads");
+    return Refuse(refused, Path::kColumnSlices,
+                  "a row has more vectors than 8 blocks of 256 threads");
   }
   Plan plan;
   plan.path = Path::kColumnSlices;

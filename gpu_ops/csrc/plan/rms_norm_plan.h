@@ -212,11 +212,14 @@ enum class Path {
 
 // A launch: `groups` blocks (or clusters) of `shape`, with `shared_bytes` of
 // dynamic shared memory each. Short rows: shape.team lanes a row,
-// shape.teams rows a block at once, `rows_per_group` rows a block in one
-// go (the backward's blocks go on to the next rows a grid's width further). Grid rows: `columns` vector columns a block,
-// shape.vectors rows a thread. Split rows: `chunks` blocks a row, and in the
-// backward `segments` row segments. Row teams backward: each group adds up
-// the weight gradient of `rows_per_group` rows.
+// shape.teams rows a block at once, `rows_per_group` rows a block in one go
+// (the backward's blocks go on to the rows a grid's width further). Block
+// rows: `rows_per_group` rows a block. Column slices: `rows_per_group`
+// rows. Grid rows: `columns` vector columns a block, shape.vectors rows a
+// thread. Split rows: `chunks` blocks a row, and in the backward `segments`
+// row segments. Row teams backward: each group adds up the weight gradient
+// of `rows_per_group` rows. (kernel_plans.kernel_plan names these by what
+// they are for each path: module.cc's PlanDict.)
 struct Plan {
   Path path = Path::kGeneral;
   Shape shape = {1, 0, 1, 0};
