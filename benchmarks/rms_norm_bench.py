@@ -423,10 +423,16 @@ def join_parts(parts, out, cases_name):
     order = {case: i for i, case in enumerate({"model": MODEL_CASES, "paths": PATH_CASES,
                                                "main": GPU_CASES}[cases_name])}
     records.sort(key=lambda r: order.get((r["dtype"], r["rows"], r["row_len"]), len(order)))
-    prefix = "model_shapes_" if cases_name == "model" else ""
-    out = out or RESULTS / f"{prefix}{device_slug(records[0]['device'])}.json"
+    out = out or results_file(cases_name, records[0]["device"])
     out.write_text(json.dumps(records, indent=1) + "\n")
     print(f"wrote {len(records)} records of {len(parts)} parts to {out}")
+
+
+def results_file(cases_name, device_kind):
+    """The device's latest results file of a run of `cases_name`: the
+    model-shape set's, or the main cases'."""
+    prefix = "model_shapes_" if cases_name == "model" else ""
+    return RESULTS / f"{prefix}{device_slug(device_kind)}.json"
 
 
 def device_slug(kind):
@@ -538,8 +544,7 @@ def main(argv=None):
         path_comparison.compare_paths(args.cases, cases, args.out, timing, planned_paths)
         return
     copy_bytes = 1 << 30 if on_gpu else 1 << 26
-    prefix = "model_shapes_" if args.cases == "model" else ""
-    out = args.out or (RESULTS / f"{prefix}{device_slug(jax.devices()[0].device_kind)}.json")
+    out = args.out or results_file(args.cases, jax.devices()[0].device_kind)
     partial_run = bool(args.cases == "paths" or args.without or args.impl or args.case)
     record_plans = on_gpu and partial_run
     done = []
