@@ -83,8 +83,8 @@ def kernel_plan(direction, shape, dtype, gpu=None, without=(), weight_dtype=None
     if weight_dtype is not None:
         weight_dtype = check_dtype("weight_dtype", weight_dtype, "kernel_plan")
         if weight_dtype != dtype:
-            # The short-row kernels take 16-bit x with a float32 weight; the
-            # other fast kernels, one dtype only.
+            # The fast kernels for the rows of models take 16-bit x with a
+            # float32 weight too; the others, one dtype only.
             dtype_name = f"{dtype.name}/{weight_dtype.name}"
     return _native.plan(direction, rows, row_length, dtype_name, gpu, ",".join(without),
                         bool(residual))

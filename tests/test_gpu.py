@@ -231,16 +231,32 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
                                    "shared_row"}, "test_kernel_path")
 
 
-# A float32 weight of 16-bit x, the QK-norm of a model that keeps its
-# weights in float32: the short-row kernels take it (y, dy and the weight
-# gradient float32, dx 16-bit), in few rows, and in rows the backward's
-# blocks go through more than once.
-@pytest.mark.parametrize("shape", [(5, 16, 128), (40_009, 64), (4_099, 256)])
+# A float32 weight of 16-bit x, as a model that keeps its weights in
+# float32 has it (y, dy and the weight gradient float32, dx 16-bit): the
+# paths for the rows of models take it as they take one dtype (short rows,
+# in few rows and in rows the backward's blocks go through more than once;
+# column slices, the last slice part empty; few rows; rows a block holds;
+# 16-bit rows of 16,384 and their backward's clusters), and the general
+# kernels longer rows.
+FLOAT32_WEIGHT_CASES = [(5, 16, 128), (40_009, 64), (4_099, 256), (5, 4_104), (67, 2_048),
+                        (4_099, 1_024), (1_001, 16_384), (67, 65_536)]
+
+
+@pytest.mark.parametrize("shape", FLOAT32_WEIGHT_CASES, ids=str)
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-def test_short_rows_with_a_float32_weight(shape, dtype):
+def test_a_float32_weight(shape, dtype):
     x, weight, dy = random_inputs(shape, jnp.float32, seed=5)
-    assert kernel_plan("backward", shape, dtype, weight_dtype=jnp.float32)["path"] == "short_rows"
     reference.check_op(gpu_ops.rms_norm, x.astype(dtype), weight, dy)
+
+
+@pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="paths are left out")
+def test_a_float32_weight_takes_the_paths_of_one_dtype():
+    for direction in ("forward", "backward"):
+        for shape in FLOAT32_WEIGHT_CASES[:-1]:
+            mixed = kernel_plan(direction, shape, jnp.bfloat16, weight_dtype=jnp.float32)
+            assert mixed["path"] == kernel_plan(direction, shape, jnp.bfloat16)["path"], shape
+    assert kernel_plan("forward", (67, 65_536), jnp.bfloat16,
+                       weight_dtype=jnp.float32)["path"] == "general"
 
 
 # Rows just longer than those the split-row and grid kernels leave to the
@@ -386,7 +402,7 @@ def test_the_handlers_plan_without_reading_the_environment():
 # more rows than blocks run at once, 16-bit rows of 16,384 in 1024-thread
 # blocks, a row of 5,000 whose last vectors are cut short); and the general kernel
 # (rms_norm_general.cu) for a row shorter than a vector, the seed's long
-# rows, float64, and x and the weight of different dtypes.
+# rows and float64; a float32 weight of bfloat16 x takes few rows.
 RESIDUAL_CASES = [((67, 2_048), jnp.bfloat16, None), ((16_384, 2_048), jnp.bfloat16, None),
                   ((70_001, 96), jnp.float32, None), ((1_001, 16_384), jnp.bfloat16, None),
                   ((67, 5_000), jnp.float16, None), ((67, 3), jnp.float32, None),

@@ -299,22 +299,42 @@ def test_the_sanitizer_workload_takes_every_path_on_an_h100():
     assert with_residual == {"few_rows", "block_rows", "general"}
 
 
+# Rows of the model-shape benchmark: decoding to training, QK-norm to the
+# widest hidden size.
+MODEL_ROWS = [(1, 4_096), (8, 8_192), (8, 16_384), (64, 4_096), (1_024, 5_120),
+              (8_192, 16_384), (65_536, 2_048), (32, 128), (65_536, 128)]
+
+
 @pytest.mark.parametrize("direction", ["forward", "backward"])
-def test_mixed_dtypes_take_the_short_rows_or_the_general_kernels(direction):
-    # A float32 weight of 16-bit x: the short-row kernels take it, the others
-    # take one dtype.
+def test_a_float32_weight_takes_the_paths_of_the_rows_of_models(direction):
+    # A float32 weight of 16-bit x (y, dy and the weight gradient float32):
+    # the paths for the rows of models take it as they take one dtype; those
+    # for longer rows do not, and leave them to the general kernels.
     for x_dtype in (jnp.bfloat16, jnp.float16):
-        short = kernel_plan(direction, (8, 128), x_dtype, H100, weight_dtype=jnp.float32)
-        assert short["path"] == "short_rows"
-        plan = kernel_plan(direction, (8, 1_024), x_dtype, H100, weight_dtype=jnp.float32)
-        assert plan["path"] == "general"
-        assert ("short_rows", "rows of more than 256 values") in plan["refused"]
-        same = kernel_plan(direction, (8, 1_024), x_dtype, H100, weight_dtype=x_dtype)
-        assert same["path"] != "general"
+        for shape in MODEL_ROWS:
+            mixed = kernel_plan(direction, shape, x_dtype, H100, weight_dtype=jnp.float32)
+            assert mixed["path"] == kernel_plan(direction, shape, x_dtype, H100)["path"], shape
+            assert mixed["path"] != "general", shape
+        long_rows = kernel_plan(direction, (32, 262_144), x_dtype, H100,
+                                weight_dtype=jnp.float32)
+        assert long_rows["path"] == "general"
+        assert kernel_plan(direction, (32, 262_144), x_dtype, H100)["path"] == "grid_rows"
+        assert ("grid_rows", "x is 16-bit and the weight float32, which its kernels do not "
+                "take") in long_rows["refused"]
     # other pairs: the general kernels
     for x_dtype, w_dtype in ((jnp.float32, jnp.bfloat16), (jnp.bfloat16, jnp.float16)):
         plan = kernel_plan(direction, (8, 128), x_dtype, H100, weight_dtype=w_dtype)
         assert plan["path"] == "general"
+
+
+def test_a_float32_weight_takes_more_ring_memory_in_the_backward():
+    # dy's float32 values beside each 16-byte vector of 16-bit x are two
+    # vectors: three 16-byte slots a vector of x where one dtype takes two.
+    same = kernel_plan("backward", (8_192, 4_096), jnp.bfloat16, H100)
+    mixed = kernel_plan("backward", (8_192, 4_096), jnp.bfloat16, H100,
+                        weight_dtype=jnp.float32)
+    assert same["path"] == mixed["path"] == "row_teams"
+    assert mixed["shared_bytes"] * 2 == same["shared_bytes"] * 3
 
 
 @pytest.mark.parametrize("row_length", [1_024, 4_096])

@@ -20,6 +20,8 @@ import gpu_ops
 # rows over a cluster of blocks, of 16 for a few long rows; the grid kernels with a last group of rows
 # and a last block of columns left part empty; a row a cluster holds in
 # shared memory; and rows split over many blocks, their last chunk cut short.
+# A float32 weight of 16-bit x also takes the column slices, few rows, rows a
+# block holds and 16-bit rows of 16,384 (the backward's in clusters).
 CASES = [
     ((3, 1), jnp.float32, jnp.float32),
     ((5, 7, 33), jnp.bfloat16, jnp.float32),
@@ -45,12 +47,15 @@ CASES = [
     ((17, 131080), jnp.float32, jnp.float32),
     ((17, 300_000), jnp.float32, jnp.float32),
     ((40, 262144), jnp.bfloat16, jnp.bfloat16),
+    ((3, 4104), jnp.bfloat16, jnp.float32),
+    ((40_009, 1024), jnp.float16, jnp.float32),
+    ((301, 16384), jnp.bfloat16, jnp.float32),
 ]
 
 
-# The forward with a residual add: few rows; rows a block holds, more rows
-# than blocks and a row's last vectors cut short; and the general kernel for
-# a part vector, long rows, no rows and mixed dtypes.
+# The forward with a residual add: few rows, with a float32 weight too; rows
+# a block holds, more rows than blocks and a row's last vectors cut short;
+# and the general kernel for a part vector, long rows and no rows.
 RESIDUAL_CASES = [
     ((67, 1024), jnp.bfloat16, jnp.bfloat16),
     ((4099, 1024), jnp.float32, jnp.float32),

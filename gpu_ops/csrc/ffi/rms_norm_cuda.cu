@@ -82,6 +82,15 @@ ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
       PathName(plan.path));
 }
 
+// The planner's view of a call on x and the weight `w` (FastBuffers: whether
+// the fast kernels take its buffers), with no scratch memory.
+Problem ProblemOf(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, RowGeometry g,
+                  bool fast_buffers) {
+  Problem problem{g.rows, g.row_length, fast_buffers, PlanDType(x.element_type()), 0, 0};
+  problem.float32_weight = Float32Weight(x, w);
+  return problem;
+}
+
 // chunk_sums must be the float32 vector of ChunkSumsLength floats.
 ffi::Error CheckChunkSums(const ffi::AnyBuffer& chunk_sums, RowGeometry g) {
   const int64_t length = ChunkSumsLength(g.rows, g.row_length);
@@ -109,10 +118,8 @@ ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   if (auto err = CheckChunkSums(*chunk_sums, g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
   const ForwardBuffers buffers{x, w, *y, *inv_rms, *chunk_sums};
-  Problem problem{g.rows, g.row_length, FastBuffers(x, w, *y, *inv_rms),
-                  PlanDType(x.element_type()),
-                  static_cast<int64_t>(chunk_sums->element_count()), 0};
-  problem.float32_weight = Float32Weight(x, w);
+  Problem problem = ProblemOf(x, w, g, FastBuffers(x, w, *y, *inv_rms));
+  problem.chunk_sums = static_cast<int64_t>(chunk_sums->element_count());
   return LaunchForward(stream, PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans()),
                        buffers, g, eps);
 }
@@ -137,14 +144,11 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
   if (g.rows == 0) return ClearWeightGradient(stream, *dw);
   const BackwardBuffers buffers{dy,  inv_rms, x,        w,
                                 *dx, *dw,     *partials, *chunk_sums};
-  Problem problem{
-      g.rows, g.row_length,
-      FastBuffers(x, w, dy, inv_rms, *dx, *dw, *partials) &&
-          partials->element_type() == ffi::DataType::F32,
-      PlanDType(x.element_type()),
-      static_cast<int64_t>(chunk_sums->element_count()),
-      partials->dimensions()[0]};
-  problem.float32_weight = Float32Weight(x, w);
+  Problem problem = ProblemOf(x, w, g,
+                              FastBuffers(x, w, dy, inv_rms, *dx, *dw, *partials) &&
+                                  partials->element_type() == ffi::DataType::F32);
+  problem.chunk_sums = static_cast<int64_t>(chunk_sums->element_count());
+  problem.num_partials = partials->dimensions()[0];
   return LaunchBackward(stream, PlanBackward(problem, CurrentGpu(), PathsLeftOutOfPlans()),
                         buffers, g);
 }
@@ -162,9 +166,7 @@ ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
   }
   if (g.rows == 0) return ffi::Error::Success();
   const ResidualForwardBuffers buffers{x, w, *y, *inv_rms, &residual, &*sum};
-  Problem problem{g.rows, g.row_length,
-                  FastBuffers(x, w, residual, *y, *inv_rms, *sum),
-                  PlanDType(x.element_type()), 0, 0};
+  Problem problem = ProblemOf(x, w, g, FastBuffers(x, w, residual, *y, *inv_rms, *sum));
   problem.residual = true;
   const Plan plan = PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans());
   if (plan.path == Path::kGeneral) return GeneralForward(stream, buffers, g, eps);

@@ -29,12 +29,22 @@ namespace gpu_ops {
 
 namespace cg = cooperative_groups;
 
-// 16 bytes of T, loaded and stored as one vector.
-template <typename T>
+// kValues values of T, loaded and stored as whole 16-byte vectors: one by
+// default. A float32 weight beside 16-bit x takes PackBeside: the weight's
+// values beside one 16-byte vector of x, two vectors of float32.
+template <typename T, int kValues = 16 / sizeof(T)>
 struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(T);
+  static_assert(kValues * sizeof(T) % 16 == 0, "whole 16-byte vectors");
+  using Type = T;
+  static constexpr int kSize = kValues;
+  static constexpr int kWords = kValues * sizeof(T) / 16;  // 16-byte vectors
   T v[kSize];
 };
+
+// The values of a row of W (the weight, or y and dy, of the weight's dtype)
+// beside one 16-byte vector of a row of x of dtype T.
+template <typename T, typename W>
+using PackBeside = Pack<W, Pack<T>::kSize>;
 
 // Element e of a vector, as float. A bfloat16 value is the top half of a
 // float, so it is taken from the 32-bit word that holds it (a shift or a
@@ -44,10 +54,10 @@ struct alignas(16) Pack {
 // the split rows' first pass, which both directions share) read values this
 // way, and so does the backward of rows that take a cluster (ElementOf<true>);
 // the other backward kernels read 16-bit values, which ran faster for them.
-template <typename T>
-__device__ __forceinline__ float Element(const Pack<T>& p, int e) {
+template <typename T, int kValues>
+__device__ __forceinline__ float Element(const Pack<T, kValues>& p, int e) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    uint32_t words[4];
+    uint32_t words[sizeof(p) / 4];
     memcpy(words, &p, sizeof(words));
     const uint32_t word = words[e / 2];
     return __uint_as_float(e % 2 == 0 ? word << 16 : word & 0xffff0000u);
@@ -58,8 +68,8 @@ __device__ __forceinline__ float Element(const Pack<T>& p, int e) {
 
 // Element e of a vector, as float: from its word (Element) with kWords, else
 // read as a 16-bit value.
-template <bool kWords, typename T>
-__device__ __forceinline__ float ElementOf(const Pack<T>& p, int e) {
+template <bool kWords, typename T, int kValues>
+__device__ __forceinline__ float ElementOf(const Pack<T, kValues>& p, int e) {
   if constexpr (kWords) return Element(p, e);
   return ToAcc<float>(p.v[e]);
 }
@@ -248,15 +258,19 @@ __device__ __forceinline__ uint4 LoadWords(const uint4* p) {
   return *p;
 }
 
-// The vector at p if `ok`, else zeros, chosen as four 32-bit words rather
-// than value by value: four selects instead of one per value.
+// The pack at p if `ok`, else zeros, chosen as 32-bit words rather than
+// value by value: four selects a 16-byte vector instead of one per value.
 template <bool kLast = false, typename P>
 __device__ __forceinline__ P VectorOrZeros(bool ok, const P* p) {
-  const uint4 words =
-      ok ? LoadWords<kLast>(reinterpret_cast<const uint4*>(p))
-         : make_uint4(0, 0, 0, 0);
+  static_assert(sizeof(P) % 16 == 0, "whole 16-byte vectors");
+  uint4 words[sizeof(P) / 16];
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(P) / 16); ++i) {
+    words[i] = ok ? LoadWords<kLast>(reinterpret_cast<const uint4*>(p) + i)
+                  : make_uint4(0, 0, 0, 0);
+  }
   P v;
-  memcpy(&v, &words, sizeof(P));
+  memcpy(&v, words, sizeof(P));
   return v;
 }
 
@@ -296,18 +310,18 @@ __device__ void LoadVectors(const P* __restrict__ row, int row_vectors,
 
 // Writes this thread's vectors of a row, value(k, e) for element e of its
 // vector k, into the row at `row` (vectors past its end are skipped).
-template <int kVectors, typename T, typename Value>
-__device__ __forceinline__ void StoreVectors(Pack<T>* __restrict__ row,
+template <int kVectors, typename P, typename Value>
+__device__ __forceinline__ void StoreVectors(P* __restrict__ row,
                                              int row_vectors, const Place& at,
                                              Value value) {
 #pragma unroll
   for (int k = 0; k < kVectors; ++k) {
     const int c = at.first + k * at.stride;
     if (c < row_vectors) {
-      Pack<T> out;
+      P out;
 #pragma unroll
-      for (int e = 0; e < Pack<T>::kSize; ++e) {
-        out.v[e] = Storage<T>::From(value(k, e));
+      for (int e = 0; e < P::kSize; ++e) {
+        out.v[e] = Storage<typename P::Type>::From(value(k, e));
       }
       row[c] = out;
     }
@@ -329,12 +343,14 @@ __device__ __forceinline__ float SumSquares(const P (&v)[kVectors]) {
   return sum;
 }
 
-// Writes this thread's vectors of y = w * (inv * x) into the row at `y`.
-template <int kVectors, typename T>
-__device__ void StoreNormalised(const Pack<T> (&xv)[kVectors],
-                                const Pack<T> (&wv)[kVectors], float inv,
-                                Pack<T>* __restrict__ y, int row_vectors,
+// Writes this thread's vectors of y = w * (inv * x) into the row at `y`
+// (the weight's values beside each vector of x, and y's, in PW).
+template <int kVectors, typename P, typename PW>
+__device__ void StoreNormalised(const P (&xv)[kVectors],
+                                const PW (&wv)[kVectors], float inv,
+                                PW* __restrict__ y, int row_vectors,
                                 const Place& at) {
+  static_assert(P::kSize == PW::kSize, "the weight's values beside x's");
   StoreVectors<kVectors>(y, row_vectors, at, [&](int k, int e) {
     return Element(wv[k], e) * (inv * Element(xv[k], e));
   });
@@ -343,11 +359,11 @@ __device__ void StoreNormalised(const Pack<T> (&xv)[kVectors],
 // Writes this thread's vectors of dx = inv * (dy*w - x * correction) into
 // the row at `dx` (correction = inv^2 * mean(dy*w*x)), reading values with
 // ElementOf<kWords>.
-template <bool kWords = false, int kVectors, typename T>
-__device__ void StoreInputGradient(const Pack<T> (&dyv)[kVectors],
-                                   const Pack<T> (&xv)[kVectors],
-                                   const Pack<T> (&wv)[kVectors], float inv,
-                                   float correction, Pack<T>* __restrict__ dx,
+template <bool kWords = false, int kVectors, typename P, typename PW>
+__device__ void StoreInputGradient(const PW (&dyv)[kVectors],
+                                   const P (&xv)[kVectors],
+                                   const PW (&wv)[kVectors], float inv,
+                                   float correction, P* __restrict__ dx,
                                    int row_vectors, const Place& at) {
   StoreVectors<kVectors>(dx, row_vectors, at, [&](int k, int e) {
     const float dyw = ElementOf<kWords>(dyv[k], e) * ElementOf<kWords>(wv[k], e);
@@ -592,6 +608,20 @@ decltype(auto) DispatchFastType(DType dtype, Fn&& fn) {
     case DType::kFloat32: break;
   }
   return fn(TypeTag<float>{});
+}
+
+// Calls fn(TypeTag<T>{}, TypeTag<W>{}) for x's element type T and the
+// weight's W: W is T, or float with 16-bit x (Float32Weight).
+template <typename Fn>
+decltype(auto) DispatchRowTypes(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, Fn&& fn) {
+  const bool float32_weight = Float32Weight(x, w);
+  return DispatchFastType(PlanDType(x.element_type()), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (sizeof(T) == 2) {
+      if (float32_weight) return fn(tag, TypeTag<float>{});
+    }
+    return fn(tag, tag);
+  });
 }
 
 // Calls fn(std::integral_constant<int, vectors>{}) for vectors a power of two

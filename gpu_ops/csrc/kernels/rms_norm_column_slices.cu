@@ -10,7 +10,8 @@
 // row's dot product through each other's shared memory; then each thread
 // writes its column of dx and, since it holds its column of every row, its
 // part of the weight gradient: one kernel, no partial sums. (The forward
-// the same way was slower than a block a row, kFewRows.)
+// the same way was slower than a block a row, kFewRows.) It takes 16-bit x
+// with a float32 weight too.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -79,14 +80,16 @@ __device__ void FinishClusterReads() {
 #endif
 }
 
-template <typename T>
+// dy, the weight and its gradient are of dtype W: T, or float32 beside
+// 16-bit x.
+template <typename T, typename W>
 struct ColumnSlicesArgs {
-  const T* dy;
+  const W* dy;
   const float* inv_rms;
   const T* x;
-  const T* w;
+  const W* w;
   T* dx;
-  T* dw;
+  W* dw;
   int rows;  // at most kRows
   int row_vectors;
   float inv_row_length;
@@ -95,16 +98,17 @@ struct ColumnSlicesArgs {
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Block b of the one cluster takes vector columns b * blockDim.x to
 // (b + 1) * blockDim.x - 1 of the `rows` rows (at most kRows).
-template <typename T, int kRows>
+template <typename T, typename W, int kRows>
 __global__ void __launch_bounds__(kColumnSliceThreads)
-    ColumnSlicesBackwardKernel(ColumnSlicesArgs<T> a) {
+    ColumnSlicesBackwardKernel(ColumnSlicesArgs<T, W> a) {
   using P = Pack<T>;
+  using PW = PackBeside<T, W>;
   const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   const bool active = c < a.row_vectors;
   const P* xp = reinterpret_cast<const P*>(a.x) + c;
-  const P* dyp = reinterpret_cast<const P*>(a.dy) + c;
+  const PW* dyp = reinterpret_cast<const PW*>(a.dy) + c;
   P xv[kRows];
-  P dyv[kRows];
+  PW dyv[kRows];
   float inv[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -113,7 +117,7 @@ __global__ void __launch_bounds__(kColumnSliceThreads)
     dyv[r] = VectorOrZeros(ok, dyp + int64_t{r} * a.row_vectors);
     inv[r] = r < a.rows ? a.inv_rms[r] : 0.0f;
   }
-  const P wv = VectorOrZeros(active, reinterpret_cast<const P*>(a.w) + c);
+  const PW wv = VectorOrZeros(active, reinterpret_cast<const PW*>(a.w) + c);
   float dots[kRows];  // of dy * w * x
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -145,10 +149,10 @@ __global__ void __launch_bounds__(kColumnSliceThreads)
     }
   }
   if (active) {
-    P total;
+    PW total;
 #pragma unroll
-    for (int e = 0; e < P::kSize; ++e) total.v[e] = Storage<T>::From(dw[e]);
-    reinterpret_cast<P*>(a.dw)[c] = total;
+    for (int e = 0; e < P::kSize; ++e) total.v[e] = Storage<W>::From(dw[e]);
+    reinterpret_cast<PW*>(a.dw)[c] = total;
   }
   FinishClusterReads();
 }
@@ -169,7 +173,8 @@ decltype(auto) DispatchRows(int rows, Fn&& fn) {
 int64_t ColumnSlicesResident(DType dtype, const Shape& shape) {
   return DispatchFastType(dtype, [&](auto tag) -> int64_t {
     using T = typename decltype(tag)::type;
-    const auto kernel = ColumnSlicesBackwardKernel<T, kMaxColumnSliceRows>;
+    // (x's dtype alone: a float32 weight's instance has the same block)
+    const auto kernel = ColumnSlicesBackwardKernel<T, T, kMaxColumnSliceRows>;
     if (!RunsHopperCode(kernel)) return 0;
     return ResidentGroups(kernel, shape, 0);
   });
@@ -177,18 +182,19 @@ int64_t ColumnSlicesResident(DType dtype, const Shape& shape) {
 
 ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
                                       const BackwardBuffers& b, RowGeometry g) {
-  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const ColumnSlicesArgs<T> args{
-        static_cast<const T*>(b.dy.untyped_data()),
+  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
+    using T = typename decltype(t)::type;
+    using W = typename decltype(u)::type;
+    const ColumnSlicesArgs<T, W> args{
+        static_cast<const W*>(b.dy.untyped_data()),
         static_cast<const float*>(b.inv_rms.untyped_data()),
-        static_cast<const T*>(b.x.untyped_data()), static_cast<const T*>(b.w.untyped_data()),
-        static_cast<T*>(b.dx.untyped_data()), static_cast<T*>(b.dw.untyped_data()),
+        static_cast<const T*>(b.x.untyped_data()), static_cast<const W*>(b.w.untyped_data()),
+        static_cast<T*>(b.dx.untyped_data()), static_cast<W*>(b.dw.untyped_data()),
         static_cast<int>(g.rows), static_cast<int>(g.row_length / Pack<T>::kSize),
         Reciprocal(g.row_length)};
     return DispatchRows(args.rows, [&](auto rows) {
       constexpr int kRows = decltype(rows)::value;
-      return Launch(stream, ColumnSlicesBackwardKernel<T, kRows>, plan.shape, plan.groups, 0,
+      return Launch(stream, ColumnSlicesBackwardKernel<T, W, kRows>, plan.shape, plan.groups, 0,
                     "launching the column-slice backward kernel", args);
     });
   });

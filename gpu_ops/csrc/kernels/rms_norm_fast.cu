@@ -23,7 +23,10 @@
 // Without the ring and the one-barrier sum, barriers, shared memory and
 // instruction issue, not loads, limited these kernels. For rows a block
 // holds, loading several rows straight into registers beats the ring.
-// The launch shape comes from the planner (rms_norm_plan.h).
+// The kernels for rows a block holds, and the backward's, also take 16-bit x
+// with a float32 weight W (y, dy and the weight gradient then float32): the
+// weight's values beside each 16-byte vector of x are two vectors of W
+// (PackBeside). The launch shape comes from the planner (rms_norm_plan.h).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -54,15 +57,18 @@ static_assert(kMaxThreads * kMaxBackwardValues >= kSplitRowsAbove &&
 // copies (cp.async): rows stream in kStages - 1 rows ahead of the one being
 // worked on, without holding registers while they are in flight. A thread
 // copies its own vectors of a row into its own slots and reads back only
-// those, so it waits for its own copies and never for the block. The ring
-// starts on a 128-byte boundary: where it started right after the kernel's
-// static shared memory, the backward's speed depended on that memory's size.
+// those, so it waits for its own copies and never for the block. A slot is
+// a 16-byte word of each thread in turn, so that a warp's reads of a word
+// are consecutive (a pack of two words, a float32 dy beside 16-bit x, takes
+// two slots). The ring starts on a 128-byte boundary: where it started right
+// after the kernel's static shared memory, the backward's speed depended on
+// that memory's size.
 template <typename P, int kVectors>
 struct RowRing {
-  P* slots;  // [kStages][kVectors][blockDim.x]
+  uint4* slots;  // [kStages][kVectors][P::kWords][blockDim.x]
 
-  __device__ P* Slot(int stage, int k) const {
-    return slots + (stage * kVectors + k) * blockDim.x + threadIdx.x;
+  __device__ uint4* Slot(int stage, int k, int word) const {
+    return slots + ((stage * kVectors + k) * P::kWords + word) * blockDim.x + threadIdx.x;
   }
   // Starts copying this thread's vectors of the row at `row`, if it exists.
   __device__ void Start(const P* __restrict__ row, bool exists,
@@ -71,7 +77,11 @@ struct RowRing {
     for (int k = 0; k < kVectors; ++k) {
       const int c = at.first + k * at.stride;
       if (exists && c < row_vectors) {
-        __pipeline_memcpy_async(Slot(stage, k), row + c, sizeof(P));
+#pragma unroll
+        for (int word = 0; word < P::kWords; ++word) {
+          __pipeline_memcpy_async(Slot(stage, k, word),
+                                  reinterpret_cast<const uint4*>(row + c) + word, 16);
+        }
       }
     }
   }
@@ -82,8 +92,13 @@ struct RowRing {
                        const Place& at, P (&v)[kVectors]) const {
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
-      const int c = at.first + k * at.stride;
-      v[k] = VectorOrZeros(exists && c < row_vectors, Slot(stage, k));
+      const bool ok = exists && at.first + k * at.stride < row_vectors;
+      uint4 words[P::kWords];
+#pragma unroll
+      for (int word = 0; word < P::kWords; ++word) {
+        words[word] = VectorOrZeros(ok, Slot(stage, k, word));
+      }
+      memcpy(&v[k], words, sizeof(P));
     }
   }
 };
@@ -115,13 +130,13 @@ __device__ __noinline__ float InverseRms(float total, float inv_row_length,
 // The block adds up the squares of each of its rows (one barrier for all of
 // them, through warp_sums), then writes y = w * (x * inv) and inv_rms for
 // the rows that exist.
-template <int kRows, int kVectors, typename P>
+template <int kRows, int kVectors, typename P, typename PW>
 __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
-                              const P (&wv)[kVectors],
+                              const PW (&wv)[kVectors],
                               float (&warp_sums)[kRows][kMaxThreads / kWarpSize],
                               int64_t first, int64_t rows, int row_vectors,
                               float inv_row_length, float eps,
-                              P* __restrict__ y, float* __restrict__ inv_rms,
+                              PW* __restrict__ y, float* __restrict__ inv_rms,
                               const Place& at) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
@@ -161,14 +176,18 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
 // threads, not its registers, sets how many of its blocks fit, as the
 // planner's model of a GPU (described_gpu.cc) assumes, and that model's
 // few-rows plans agree with the GPU's whatever registers ptxas gives it.
-template <typename T, int kVectors, int kRows, bool kResidual = false>
-__global__ void __maxnreg__(kVectors * kRows == 1 ? 32 : (sizeof(T) == 2 ? 40 : 64))
-    FastForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
-                      T* __restrict__ y, float* __restrict__ inv_rms,
+// A float32 weight W of 16-bit x (and y then float32) doubles the weight's
+// registers: those instances take up to 64.
+template <typename T, typename W, int kVectors, int kRows, bool kResidual = false>
+__global__ void __maxnreg__(kVectors * kRows == 1 ? 32
+                                                  : (sizeof(T) == 2 && sizeof(W) == 2 ? 40 : 64))
+    FastForwardKernel(const T* __restrict__ x, const W* __restrict__ w,
+                      W* __restrict__ y, float* __restrict__ inv_rms,
                       int64_t rows, int row_vectors, float inv_row_length,
                       float eps, const T* __restrict__ residual,
                       T* __restrict__ sum) {
   using P = Pack<T>;
+  using PW = PackBeside<T, W>;
   __shared__ float warp_sums[kRows][kMaxThreads / kWarpSize];
   const Place at{0, 0, static_cast<int>(threadIdx.x),
                  static_cast<int>(blockDim.x)};
@@ -198,10 +217,10 @@ __global__ void __maxnreg__(kVectors * kRows == 1 ? 32 : (sizeof(T) == 2 ? 40 : 
       }
     }
   }
-  P wv[kVectors];
-  LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+  PW wv[kVectors];
+  LoadVectors(reinterpret_cast<const PW*>(w), row_vectors, at, wv);
   NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, inv_row_length,
-                eps, reinterpret_cast<P*>(y), inv_rms, at);
+                eps, reinterpret_cast<PW*>(y), inv_rms, at);
 }
 
 // The forward of one row per block, for blocks of more than 512 threads
@@ -213,12 +232,13 @@ __global__ void __maxnreg__(kVectors * kRows == 1 ? 32 : (sizeof(T) == 2 ? 40 : 
 // just before the store that needs it: at most 32 registers (the build
 // fails on a spill), so an SM holds two blocks, and one block's loads run
 // while the other adds up and writes.
-template <typename T, int kVectors>
+template <typename T, typename W, int kVectors>
 __global__ void __launch_bounds__(kMaxThreads, 2)
-    RowForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
-                     T* __restrict__ y, float* __restrict__ inv_rms,
+    RowForwardKernel(const T* __restrict__ x, const W* __restrict__ w,
+                     W* __restrict__ y, float* __restrict__ inv_rms,
                      int row_vectors, float inv_row_length, float eps) {
   using P = Pack<T>;
+  using PW = PackBeside<T, W>;
   __shared__ float warp_sums[kMaxThreads / kWarpSize];
   const Place at{0, 0, static_cast<int>(threadIdx.x),
                  static_cast<int>(blockDim.x)};
@@ -234,17 +254,17 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   const int warps = blockDim.x / kWarpSize;
   const float total = WarpSum(lane < warps ? warp_sums[lane] : 0.0f);
   const float inv = InverseRms(total, inv_row_length, eps);
-  const P* wp = reinterpret_cast<const P*>(w);
-  P* yp = reinterpret_cast<P*>(y) + row * row_vectors;
+  const PW* wp = reinterpret_cast<const PW*>(w);
+  PW* yp = reinterpret_cast<PW*>(y) + row * row_vectors;
 #pragma unroll
   for (int k = 0; k < kVectors; ++k) {
     const int c = at.first + k * at.stride;
     if (c < row_vectors) {
-      const P wk = wp[c];
-      P out;
+      const PW wk = wp[c];
+      PW out;
 #pragma unroll
       for (int e = 0; e < P::kSize; ++e) {
-        out.v[e] = Storage<T>::From(Element(wk, e) * (inv * Element(xv[k], e)));
+        out.v[e] = Storage<W>::From(Element(wk, e) * (inv * Element(xv[k], e)));
       }
       yp[c] = out;
     }
@@ -270,7 +290,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const Place at = ThreadPlace(shape);
   const P* xp = reinterpret_cast<const P*>(x);
   P* yp = reinterpret_cast<P*>(y);
-  const RowRing<P, kVectors> ring{reinterpret_cast<P*>(ring_memory)};
+  const RowRing<P, kVectors> ring{reinterpret_cast<uint4*>(ring_memory)};
   P wv[kVectors];
   LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
   const int64_t step = int64_t{gridDim.x / shape.cluster} * shape.teams;
@@ -344,16 +364,17 @@ __device__ void StoreBlockPartials(float (&dw)[kVectors][P::kSize],
 // streaming in through two rings, for dy and x) and adds up their weight
 // gradient; each block (or cluster) writes its teams' sum to row b of
 // `partials`, b the block's (or cluster's) index.
-template <typename T, int kVectors, bool kClustered>
+template <typename T, typename W, int kVectors, bool kClustered>
 __global__ void __launch_bounds__(kMaxThreads, 1)
-    FastBackwardKernel(const T* __restrict__ dy,
+    FastBackwardKernel(const W* __restrict__ dy,
                        const float* __restrict__ inv_rms,
-                       const T* __restrict__ x, const T* __restrict__ w,
+                       const T* __restrict__ x, const W* __restrict__ w,
                        T* __restrict__ dx, float* __restrict__ partials,
                        int64_t rows, int row_vectors, int64_t num_partials,
                        int rows_per_partial, Shape shape,
                        float inv_row_length) {
   using P = Pack<T>;
+  using PW = PackBeside<T, W>;
   extern __shared__ __align__(128) float4 ring_memory[];  // see RowRing
   __shared__ TeamSumSlots sums;
   StartClusterSums<kClustered>(sums);
@@ -368,16 +389,15 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                                       rows - begin, 0, rows_per_partial))
                                 : 0;
   // The segment's rows, each row_vectors vectors after the one before.
-  const P* dyp = reinterpret_cast<const P*>(dy) + begin * row_vectors;
+  const PW* dyp = reinterpret_cast<const PW*>(dy) + begin * row_vectors;
   const P* xp = reinterpret_cast<const P*>(x) + begin * row_vectors;
   P* dxp = reinterpret_cast<P*>(dx) + begin * row_vectors;
   const float* invs = inv_rms + begin;
-  P* ring_slots = reinterpret_cast<P*>(ring_memory);
-  const RowRing<P, kVectors> dy_ring{ring_slots};
-  const RowRing<P, kVectors> x_ring{ring_slots +
-                                    kStages * kVectors * blockDim.x};
-  P wv[kVectors];
-  LoadVectors(reinterpret_cast<const P*>(w), row_vectors, at, wv);
+  uint4* ring_slots = reinterpret_cast<uint4*>(ring_memory);
+  const RowRing<PW, kVectors> dy_ring{ring_slots};
+  const RowRing<P, kVectors> x_ring{ring_slots + kStages * kVectors * PW::kWords * blockDim.x};
+  PW wv[kVectors];
+  LoadVectors(reinterpret_cast<const PW*>(w), row_vectors, at, wv);
   for (int s = 0; s < kStages - 1; ++s) {
     const int64_t offset = int64_t{s} * row_vectors;
     dy_ring.Start(dyp + offset, s < count, row_vectors, at, s);
@@ -415,7 +435,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                  ahead_stage);
     __pipeline_commit();
     __pipeline_wait_prior(kStages - 1);  // this row's copies have landed
-    P dyv[kVectors];
+    PW dyv[kVectors];
     P xv[kVectors];
     dy_ring.Read(stage, exists, row_vectors, at, dyv);
     x_ring.Read(stage, exists, row_vectors, at, xv);
@@ -447,7 +467,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       partials + int64_t{blockIdx.x / shape.cluster} * row_vectors * P::kSize;
   if constexpr (!kClustered) {  // (a cluster's blocks hold one team each)
     if (shape.teams > 1) {
-      static_assert(P::kSize * sizeof(float) <= 2 * kStages * sizeof(P),
+      static_assert(P::kSize * sizeof(float) <= kStages * (sizeof(P) + sizeof(PW)),
                     "the teams' sums fit in the rings' memory");
       StoreBlockPartials<P>(dw, reinterpret_cast<float*>(ring_memory),
                             partial, row_vectors, at, shape);
@@ -479,6 +499,9 @@ bool RunsClusters() {
   return RunsHopperCode(ClusterForwardKernel<float, 1, true>);
 }
 
+// The instances of x's dtype alone answer for those with a float32 weight
+// too: the planner gives those the same shapes, __launch_bounds__ caps
+// both alike, and the shared memory asked about is the call's.
 int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
                          int shared_bytes) {
   return DispatchFastType(dtype, [&](auto tag) -> int64_t {
@@ -488,7 +511,7 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
     };
     switch (kernel) {
       case Kernel::kFewRowsForward:
-        return resident(FastForwardKernel<T, 1, 1>);
+        return resident(FastForwardKernel<T, T, 1, 1>);
       case Kernel::kRowTeamsForward:
         return DispatchVectors<kForwardVectors<T>>(shape.vectors, [&](auto v) {
           constexpr int kV = decltype(v)::value;
@@ -498,8 +521,8 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
       case Kernel::kRowTeamsBackward:
         return DispatchVectors<kBackwardVectors<T>>(shape.vectors, [&](auto v) {
           constexpr int kV = decltype(v)::value;
-          return ForCluster(shape, FastBackwardKernel<T, kV, true>,
-                            FastBackwardKernel<T, kV, false>, resident);
+          return ForCluster(shape, FastBackwardKernel<T, T, kV, true>,
+                            FastBackwardKernel<T, T, kV, false>, resident);
         });
       default:
         return int64_t{0};
@@ -510,12 +533,13 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
 ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
                              const ResidualForwardBuffers& b, RowGeometry g,
                              double eps) {
-  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
+    using T = typename decltype(t)::type;
+    using W = typename decltype(u)::type;
     const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
     const T* x = static_cast<const T*>(b.x.untyped_data());
-    const T* w = static_cast<const T*>(b.w.untyped_data());
-    T* y = static_cast<T*>(b.y.untyped_data());
+    const W* w = static_cast<const W*>(b.w.untyped_data());
+    W* y = static_cast<W*>(b.y.untyped_data());
     float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
     const T* residual =
         b.residual ? static_cast<const T*>(b.residual->untyped_data()) : nullptr;
@@ -528,7 +552,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
       const char* what = kResidual ? "launching the residual forward kernel"
                                    : "launching the forward kernel";
       if (plan.path == Path::kFewRows) {
-        return Launch(stream, FastForwardKernel<T, 1, 1, kResidual>, shape,
+        return Launch(stream, FastForwardKernel<T, W, 1, 1, kResidual>, shape,
                       plan.groups, 0, what, x, w, y, inv_rms, g.rows,
                       row_vectors, inv_row_length, epsilon, residual, sum);
       }
@@ -537,7 +561,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
             constexpr int kVectors = decltype(vectors)::value;
             if constexpr (!kResidual && sizeof(T) == 2) {
               if (plan.path == Path::kWideRows) {
-                RowForwardKernel<T, kVectors>
+                RowForwardKernel<T, W, kVectors>
                     <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
                         x, w, y, inv_rms, row_vectors, inv_row_length, epsilon);
                 return CheckLaunch(what);
@@ -546,13 +570,14 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
             // The kernel's rows a block are a template argument: the plan's.
             constexpr int kRows = RowsPerBlock(kVectors, kResidual);
             if (plan.path == Path::kBlockRows && plan.rows_per_group == kRows) {
-              FastForwardKernel<T, kVectors, kRows, kResidual>
+              FastForwardKernel<T, W, kVectors, kRows, kResidual>
                   <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
                       x, w, y, inv_rms, g.rows, row_vectors, inv_row_length,
                       epsilon, residual, sum);
               return CheckLaunch(what);
             }
-            if constexpr (!kResidual) {
+            // Row teams take one dtype (the planner's kOneDType).
+            if constexpr (!kResidual && std::is_same_v<T, W>) {
               if (plan.path == Path::kRowTeams) {
                 return ForCluster(
                     shape, ClusterForwardKernel<T, kVectors, true>,
@@ -567,7 +592,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
             return ffi::Error::Internal(
                 std::string("gpu_ops rms_norm: the row forward") +
                 (kResidual ? " with a residual" : "") + " cannot run plan " +
-                PathName(plan.path));
+                PathName(plan.path) + " for these dtypes");
           });
     };
     return b.residual ? launch(std::true_type{}) : launch(std::false_type{});
@@ -578,22 +603,23 @@ ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
                                   const BackwardBuffers& b, RowGeometry g) {
   const int64_t num_partials = b.partials.dimensions()[0];
   float* partials = static_cast<float*>(b.partials.untyped_data());
-  return DispatchFastType(PlanDType(b.x.element_type()), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
+    using T = typename decltype(t)::type;
+    using W = typename decltype(u)::type;
     const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
     const ffi::Error launched = DispatchVectors<kBackwardVectors<T>>(
         plan.shape.vectors, [&](auto vectors) {
           constexpr int kV = decltype(vectors)::value;
           return ForCluster(
-              plan.shape, FastBackwardKernel<T, kV, true>,
-              FastBackwardKernel<T, kV, false>, [&](auto kernel) {
+              plan.shape, FastBackwardKernel<T, W, kV, true>,
+              FastBackwardKernel<T, W, kV, false>, [&](auto kernel) {
                 return Launch(
                     stream, kernel, plan.shape, plan.groups, plan.shared_bytes,
                     "launching the backward kernel",
-                    static_cast<const T*>(b.dy.untyped_data()),
+                    static_cast<const W*>(b.dy.untyped_data()),
                     static_cast<const float*>(b.inv_rms.untyped_data()),
                     static_cast<const T*>(b.x.untyped_data()),
-                    static_cast<const T*>(b.w.untyped_data()),
+                    static_cast<const W*>(b.w.untyped_data()),
                     static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
                     row_vectors, num_partials,
                     static_cast<int>(plan.rows_per_group), plan.shape,
@@ -601,7 +627,7 @@ ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
               });
         });
     if (launched.failure()) return launched;
-    return SumPartials(stream, partials, static_cast<T*>(b.dw.untyped_data()),
+    return SumPartials(stream, partials, static_cast<W*>(b.dw.untyped_data()),
                        plan.groups, g.row_length);
   });
 }

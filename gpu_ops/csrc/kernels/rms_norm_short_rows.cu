@@ -37,39 +37,22 @@ namespace {
 // A lane's kShortRowLaneValues consecutive values of a row: one 16-byte
 // vector of 16-bit values, two of float32.
 template <typename T>
-struct LaneValues {
-  static constexpr int kPacks = kShortRowLaneValues / Pack<T>::kSize;
-  Pack<T> packs[kPacks];
-
-  __device__ float operator[](int e) const {
-    return Element(packs[e / Pack<T>::kSize], e % Pack<T>::kSize);
-  }
-};
+using LaneValues = Pack<T, kShortRowLaneValues>;
 
 // The values of lane `lane` of the row at `row` if `ok`, else zeros (the
 // memory is not read).
 template <typename T>
 __device__ LaneValues<T> LoadLane(const T* __restrict__ row, int lane, bool ok) {
-  using P = Pack<T>;
-  const P* p = reinterpret_cast<const P*>(row) + lane * LaneValues<T>::kPacks;
-  LaneValues<T> v;
-#pragma unroll
-  for (int k = 0; k < LaneValues<T>::kPacks; ++k) v.packs[k] = VectorOrZeros(ok, p + k);
-  return v;
+  return VectorOrZeros(ok, reinterpret_cast<const LaneValues<T>*>(row) + lane);
 }
 
 // Writes value(e) for the values of lane `lane` of the row at `row`.
 template <typename T, typename Value>
 __device__ void StoreLane(T* __restrict__ row, int lane, Value value) {
-  using P = Pack<T>;
-  P* p = reinterpret_cast<P*>(row) + lane * LaneValues<T>::kPacks;
+  LaneValues<T> out;
 #pragma unroll
-  for (int k = 0; k < LaneValues<T>::kPacks; ++k) {
-    P out;
-#pragma unroll
-    for (int e = 0; e < P::kSize; ++e) out.v[e] = Storage<T>::From(value(k * P::kSize + e));
-    p[k] = out;
-  }
+  for (int e = 0; e < kShortRowLaneValues; ++e) out.v[e] = Storage<T>::From(value(e));
+  reinterpret_cast<LaneValues<T>*>(row)[lane] = out;
 }
 
 // The sum of v over the kLanes lanes of this thread's group (every lane of
@@ -120,13 +103,13 @@ __global__ void __launch_bounds__(kShortRowsThreads)
   for (int r = 0; r < kRows; ++r) {
     float squares = 0;
 #pragma unroll
-    for (int e = 0; e < kShortRowLaneValues; ++e) squares += xv[r][e] * xv[r][e];
+    for (int e = 0; e < kShortRowLaneValues; ++e) squares += Element(xv[r], e) * Element(xv[r], e);
     const float inv = rsqrtf(GroupSum<kLanes>(squares) * inv_row_length + eps);
     const int64_t row = first + r * kGroups;
     if (row < rows) {
       if (at.active) {
         StoreLane(y + row * row_length, at.lane,
-                  [&](int e) { return wv[e] * (inv * xv[r][e]); });
+                  [&](int e) { return Element(wv, e) * (inv * Element(xv[r], e)); });
       }
       if (at.lane == 0) inv_rms[row] = inv;
     }
@@ -169,14 +152,15 @@ __global__ void __launch_bounds__(kShortRowsThreads, kShortRowsBackwardBlocks)
       float dot = 0;
 #pragma unroll
       for (int e = 0; e < kShortRowLaneValues; ++e) {
-        dot += dyv[r][e] * wv[e] * xv[r][e];
-        dw[e] += dyv[r][e] * xv[r][e] * inv[r];
+        const float d = Element(dyv[r], e), v = Element(xv[r], e);
+        dot += d * Element(wv, e) * v;
+        dw[e] += d * v * inv[r];
       }
       const float correction = inv[r] * inv[r] * GroupSum<kLanes>(dot) * inv_row_length;
       const int64_t row = block_first + at.group + r * kGroups;
       if (row < rows && at.active) {
         StoreLane(dx + row * row_length, at.lane, [&](int e) {
-          return inv[r] * (dyv[r][e] * wv[e] - xv[r][e] * correction);
+          return inv[r] * (Element(dyv[r], e) * Element(wv, e) - Element(xv[r], e) * correction);
         });
       }
     }
@@ -205,19 +189,6 @@ decltype(auto) DispatchLanes(int lanes, Fn&& fn) {
   return fn(std::integral_constant<int, kWarpSize>{});
 }
 
-// Calls fn(TypeTag<T>{}, TypeTag<W>{}) for x's element type T and the
-// weight's W: W is T, or float with 16-bit x.
-template <typename Fn>
-decltype(auto) DispatchShortRowTypes(ffi::DataType x, ffi::DataType w, Fn&& fn) {
-  return DispatchFastType(PlanDType(x), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (sizeof(T) == 2) {
-      if (w == ffi::DataType::F32) return fn(tag, TypeTag<float>{});
-    }
-    return fn(tag, tag);
-  });
-}
-
 }  // namespace
 
 int64_t ShortRowsResident(DType dtype, const Shape& shape) {
@@ -236,7 +207,7 @@ int64_t ShortRowsResident(DType dtype, const Shape& shape) {
 
 ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
                                   const ForwardBuffers& b, RowGeometry g, double eps) {
-  return DispatchShortRowTypes(b.x.element_type(), b.w.element_type(), [&](auto t, auto u) {
+  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
     using T = typename decltype(t)::type;
     using W = typename decltype(u)::type;
     return DispatchLanes(plan.shape.team, [&](auto lanes) {
@@ -257,7 +228,7 @@ ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
 ffi::Error LaunchShortRowsBackward(cudaStream_t stream, const Plan& plan,
                                    const BackwardBuffers& b, RowGeometry g) {
   float* partials = static_cast<float*>(b.partials.untyped_data());
-  return DispatchShortRowTypes(b.x.element_type(), b.w.element_type(), [&](auto t, auto u) {
+  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
     using T = typename decltype(t)::type;
     using W = typename decltype(u)::type;
     const ffi::Error launched = DispatchLanes(plan.shape.team, [&](auto lanes) {

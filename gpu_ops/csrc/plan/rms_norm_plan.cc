@@ -52,10 +52,15 @@ int MaxCluster(const DeviceModel& device, int limit = kMaxCluster) {
   return device.Clusters() ? limit : 1;
 }
 
-// Shared memory for the rings of `arrays` arrays (x; or dy and x).
-int RingBytes(const Shape& shape, int arrays) {
-  return arrays * kStages * shape.vectors * shape.teams * shape.team * 16;
+// Shared memory for rings whose slots hold `words` 16-byte words beside
+// each 16-byte vector of x (x's one; with dy's, one more, or two of a
+// float32 dy beside 16-bit x).
+int RingBytes(const Shape& shape, int words) {
+  return words * kStages * shape.vectors * shape.teams * shape.team * 16;
 }
+
+constexpr const char* kOneDType =
+    "x is 16-bit and the weight float32, which its kernels do not take";
 
 // The forward of few rows: where the GPU holds a block for every row at
 // once, with a thread for every 16-byte vector of it, a block takes one row
@@ -204,6 +209,7 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
   // Rows over a cluster (or more rows than a grid's blocks): as many groups
   // as run at once, each working through many rows.
   if (p.residual) return Refuse(refused, Path::kRowTeams, kNoResidualKernel);
+  if (p.float32_weight) return Refuse(refused, Path::kRowTeams, kOneDType);
   if (Contains(without, Path::kRowTeams)) return Refuse(refused, Path::kRowTeams, kLeftOut);
   plan.shared_bytes = RingBytes(*shape, 1);
   const int64_t resident = device.Resident(
@@ -231,7 +237,7 @@ std::optional<Plan> RowTeamsBackward(const Problem& p,
   Plan plan;
   plan.path = Path::kRowTeams;
   plan.shape = *shape;
-  plan.shared_bytes = RingBytes(*shape, 2);
+  plan.shared_bytes = RingBytes(*shape, p.float32_weight ? 3 : 2);
   if (device.Resident(Kernel::kRowTeamsBackward, p.dtype, *shape,
                       plan.shared_bytes) < 1) {
     return Refuse(refused, Path::kRowTeams, "its blocks and shared memory do not fit an SM");
@@ -328,9 +334,6 @@ bool Fast(const Problem& p) {
          RowVectors(p) <= std::numeric_limits<int>::max();
 }
 
-constexpr const char* kOneDType =
-    "x is 16-bit and the weight float32, which only short rows take";
-
 }  // namespace
 
 int GridForwardSharedBytes(int rows_per_thread) {
@@ -363,18 +366,14 @@ Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
                    kNotFast, refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/true, without, refused)) return *plan;
-  if (p.float32_weight) {
-    return General({Path::kFewRows, Path::kWideRows, Path::kBlockRows, Path::kRowTeams,
-                    Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kOneDType, refused);
-  }
   if (auto plan = FewRows(p, device, without, refused)) return *plan;
   if (auto plan = RowTeamsForward(p, device, without,
                                   /*wide=*/p.rows <= kWideClusterRows, refused)) {
     return *plan;
   }
-  if (p.residual) {  // the general residual kernel takes the rest
-    return General({Path::kGridRows, Path::kSharedRow, Path::kSplitRows}, kNoResidualKernel,
-                   refused);
+  if (p.residual || p.float32_weight) {  // the general kernels take the rest
+    return General({Path::kGridRows, Path::kSharedRow, Path::kSplitRows},
+                   p.residual ? kNoResidualKernel : kOneDType, refused);
   }
   if (auto plan = GridRows(p, device, Kernel::kGridForward, kMaxGridForwardRows,
                            GridForwardSharedBytes, p.chunk_sums, without, refused)) {
@@ -395,12 +394,11 @@ Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without,
                     Path::kSplitRows}, kNotFast, refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/false, without, refused)) return *plan;
-  if (p.float32_weight) {
-    return General({Path::kColumnSlices, Path::kRowTeams, Path::kGridRows, Path::kSplitRows},
-                   kOneDType, refused);
-  }
   if (auto plan = ColumnSlices(p, device, without, refused)) return *plan;
   if (auto plan = RowTeamsBackward(p, device, without, refused)) return *plan;
+  if (p.float32_weight) {
+    return General({Path::kGridRows, Path::kSplitRows}, kOneDType, refused);
+  }
   const auto backward_bytes = [&](int rows_per_thread) {
     return GridBackwardSharedBytes(rows_per_thread, p.dtype);
   };

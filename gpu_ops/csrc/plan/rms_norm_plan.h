@@ -14,8 +14,8 @@
 // forward
 //   kShortRows    rows of at most kShortRowValues values (a QK-norm's
 //                 head_dim): a group of 8 to 32 lanes of a warp a row, 8
-//                 values a lane, so a warp holds several rows; it alone
-//                 takes 16-bit x with a float32 weight (rms_norm_short_rows.cu);
+//                 values a lane, so a warp holds several rows
+//                 (rms_norm_short_rows.cu);
 //   kFewRows      a block per row and a thread per 16-byte vector, when the
 //                 GPU holds every row's block at once (rms_norm_fast.cu);
 //   kWideRows     16-bit rows of more than 512 vectors (wider than half a
@@ -43,6 +43,10 @@
 // forward with a residual add (Problem::residual): kFewRows and
 // kBlockRows; kGeneral runs the general kernel with the residual add
 // (rms_norm_general.cu).
+// 16-bit x with a float32 weight (Problem::float32_weight), as a model
+// keeping its weights in float32 has them: the paths for the rows of models,
+// kShortRows, kFewRows, kWideRows, kBlockRows and kColumnSlices, and the
+// backward's kRowTeams; the general kernels take longer rows.
 #ifndef GPU_OPS_RMS_NORM_PLAN_H_
 #define GPU_OPS_RMS_NORM_PLAN_H_
 
@@ -193,7 +197,7 @@ struct Problem {
   // rows.
   bool residual = false;
   // x is 16-bit and the weight (so y, dy and the weight gradient) float32:
-  // only kShortRows and the general kernels take that.
+  // not every path takes that (see above).
   bool float32_weight = false;
 };
 
