@@ -103,6 +103,29 @@ def speedups_over_xla(records, op):
             for (impl, dtype, rows, n), us in times.items() if impl == "gpu_ops"}
 
 
+def model_shape_family(rows, row_len):
+    """Where a model calls the norm on rows x row_len: QK-norm (rows of at
+    most 256 values, a head's), decoding (at most 64 rows: a token a
+    sequence), or prefill and training (more rows of a hidden size)."""
+    if row_len <= 256:
+        return "QK-norm"
+    return "decoding" if rows <= 64 else "prefill and training"
+
+
+def model_shape_summary(records):
+    """[(op, dtype, family, the least and the most times XLA's time gpu_ops'
+    is, how many cases gpu_ops is slower in, how many cases)] of a
+    model-shape run, in the order of ops, dtypes and families."""
+    groups = {}
+    for op in ("fwd", "fwd_bwd"):
+        for (dtype, rows, n), speedup in speedups_over_xla(records, op).items():
+            groups.setdefault((op, dtype, model_shape_family(rows, n)), []).append(speedup)
+    families = ("decoding", "QK-norm", "prefill and training")
+    return [(op, dtype, family, min(s), max(s), sum(x < 1 for x in s), len(s))
+            for (op, dtype, family), s in sorted(
+                groups.items(), key=lambda g: (g[0][0], g[0][1], families.index(g[0][2])))]
+
+
 def model_shape_figure(records):
     """gpu_ops' speed over XLA's on the model-shape set, against the rows a
     call normalises: hidden sizes and QK-norm's head sizes (rows of at most

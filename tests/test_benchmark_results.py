@@ -44,3 +44,22 @@ def test_the_model_shape_figure_has_a_line_per_row_length_and_dtype(model_shape_
     lines = [line for ax in fig.axes for line in ax.get_lines() if line.get_marker() == "o"]
     cases = {(r["dtype"], r["row_len"]) for r in model_shape_run}
     assert len(lines) == 2 * len(cases)  # forward, and forward + backward
+
+
+def test_the_model_shape_summary_counts_every_case_once(model_shape_run):
+    results = _load("chapters/benchmark_results.py", "benchmark_results")
+    summary = results.model_shape_summary(model_shape_run)
+    cases = {(r["op"], r["dtype"], r["rows"], r["row_len"]) for r in model_shape_run}
+    assert sum(count for *_, count in summary) == len(cases)
+    for op, dtype, family, least, most, slower, count in summary:
+        speedups = [s for (d, rows, n), s in results.speedups_over_xla(model_shape_run, op).items()
+                    if d == dtype and results.model_shape_family(rows, n) == family]
+        assert (least, most, slower, count) == (min(speedups), max(speedups),
+                                                sum(s < 1 for s in speedups), len(speedups))
+
+
+def test_the_families_of_the_model_shape_set():
+    results = _load("chapters/benchmark_results.py", "benchmark_results")
+    assert results.model_shape_family(262_144, 128) == "QK-norm"
+    assert results.model_shape_family(8, 4_096) == "decoding"
+    assert results.model_shape_family(65, 4_096) == "prefill and training"
