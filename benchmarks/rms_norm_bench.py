@@ -96,12 +96,6 @@ PATH_CASES = [
     ("bfloat16", 16_384, 1_024),  # rows a block holds
     ("bfloat16", 2_048, 16_384),  # a row a 1024-thread block
     ("bfloat16", 1_024, 32_768), ("bfloat16", 512, 65_536),  # a row a cluster
-    ("bfloat16", 256, 131_072),
-    ("bfloat16", 1, 262_144),  # a row a cluster of 16
-    ("bfloat16", 32, 262_144), ("float32", 32, 262_144),  # grid
-    ("bfloat16", 128, 262_144),  # a row in a cluster's shared memory
-    ("float32", 64, 262_144),  # many rows a cluster of 16
-    ("bfloat16", 64, 524_288),  # rows split over many blocks
 ]
 
 

@@ -75,23 +75,12 @@ def _rows_and_length(x_shape, weight_shape):
     return math.prod(x_shape[:lead]), math.prod(weight_shape)
 
 
-def cuda_forward_scratch(x_shape, weight_shape):
-    """(shape, dtype) of each scratch result the CUDA forward call adds.
-
-    The split-row kernels' chunk sums: float32, empty for rows they do not take.
-    """
-    rows, row_length = _rows_and_length(x_shape, weight_shape)
-    return [((rows * _native.chunk_sums_per_row(row_length),), np.float32)]
-
-
 def cuda_backward_scratch(x_shape, x_dtype, weight_shape):
-    """(shape, dtype) of each scratch result the CUDA backward call adds.
-
-    The weight gradient's partial sums, then the split-row kernels' chunk sums.
-    """
+    """(shape, dtype) of the scratch result the CUDA backward call adds: the
+    weight gradient's partial sums, in x's accumulation dtype."""
     rows, row_length = _rows_and_length(x_shape, weight_shape)
     partials = (dweight_partial_rows(rows, row_length), row_length)
-    return [(partials, inv_rms_dtype(x_dtype)), *cuda_forward_scratch(x_shape, weight_shape)]
+    return [(partials, inv_rms_dtype(x_dtype))]
 
 
 def cuda_from_fp8_backward_scratch(values_shape, weight_shape):

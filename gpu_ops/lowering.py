@@ -55,11 +55,6 @@ def _with_cuda_scratch(call, scratch):
     return lowering
 
 
-def _forward_scratch(avals_in):
-    x, weight = avals_in
-    return ffi_targets.cuda_forward_scratch(x.shape, weight.shape)
-
-
 def _backward_scratch(avals_in):
     _, _, x, weight = avals_in
     return ffi_targets.cuda_backward_scratch(x.shape, x.dtype, weight.shape)
@@ -84,14 +79,12 @@ def _by_layout(shard, rule, residual_rule):
     return lowering
 
 
-#: The lowering rules of the forward and backward custom calls, per platform.
-#: The forward with a residual add has no scratch on CUDA.
-FORWARD_RULES = {
-    "cpu": _by_layout(rms_norm_fwd_shard_p, _with_float64_eps(_forward_call),
-                      _with_float64_eps(_residual_forward_call)),
-    "cuda": _by_layout(rms_norm_fwd_shard_p, _with_cuda_scratch(_forward_call, _forward_scratch),
-                       _with_float64_eps(_residual_forward_call)),
-}
+#: The lowering rules of the forward and backward custom calls, per platform:
+#: the same forward on both (it has no scratch), the CUDA backward with its
+#: scratch.
+_FORWARD_RULE = _by_layout(rms_norm_fwd_shard_p, _with_float64_eps(_forward_call),
+                           _with_float64_eps(_residual_forward_call))
+FORWARD_RULES = {"cpu": _FORWARD_RULE, "cuda": _FORWARD_RULE}
 BACKWARD_RULES = {
     "cpu": _with_float64_eps(_backward_call),
     "cuda": _with_cuda_scratch(_backward_call, _backward_scratch),

@@ -68,7 +68,6 @@ def _with_cuda_scratch(results, scratch):
 
 
 def _forward_call(results, x, w, eps=np.float64(1e-5)):
-    results = _with_cuda_scratch(results, ffi_targets.cuda_forward_scratch(x.shape, w.shape))
     return jax.ffi.ffi_call(ffi_targets.FORWARD_TARGET, results)(x, w, eps=eps)
 
 
@@ -170,10 +169,9 @@ def test_backward_handler_rejects_mismatched_buffers(bad):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scratch,message", [
-    ([((4, 9), jnp.float32), ((0,), jnp.float32)], "dweight_partials must be"),
-    ([((4, 8), jnp.float16), ((0,), jnp.float32)], "dweight_partials must be"),
-    ([((4, 8), jnp.float32), ((3,), jnp.float32)], "chunk_sums must be"),
-    ([((4, 8), jnp.float32), ((0,), jnp.int32)], "chunk_sums must be"),
+    ([((4, 9), jnp.float32)], "dweight_partials must be"),
+    ([((4, 8), jnp.float16)], "dweight_partials must be"),
+    ([((8,), jnp.float32)], "dweight_partials must be"),
 ])
 def test_cuda_backward_handler_checks_its_scratch(scratch, message):
     results = [_spec((4, 8), jnp.float32), _spec((8,), jnp.float32),

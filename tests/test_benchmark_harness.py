@@ -96,7 +96,7 @@ def test_a_resumed_run_measures_again_what_another_run_measured(tmp_path, other_
 def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys):
     bench = _load("rms_norm_bench")
     with pytest.raises(SystemExit):
-        bench.main(["--without", "grid_rows"])
+        bench.main(["--without", "row_teams"])
     assert "give --out" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         bench.main(["--without", "fastest", "--out", str(tmp_path / "a.json")])
@@ -105,12 +105,12 @@ def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys):
     out = tmp_path / "without.json"
     try:
         bench.main(["--out", str(out), "--repeats", "1", "--calls", "1", "--row-len", "1024",
-                    "--dtype", "float32", "--without", "grid_rows", "split_rows"])
-        assert kernel_plans.left_out() == (("grid_rows", "split_rows"), False)
+                    "--dtype", "float32", "--without", "block_rows", "row_teams"])
+        assert kernel_plans.left_out() == (("block_rows", "row_teams"), False)
     finally:
         kernel_plans.leave_out()  # the full plans for the tests after this one
     records = json.loads(out.read_text())
-    assert records and all(r["plan_without"] == "grid_rows,split_rows" for r in records)
+    assert records and all(r["plan_without"] == "block_rows,row_teams" for r in records)
 
 
 def test_the_path_cases_take_every_kernel_path_of_an_h100():
@@ -119,8 +119,7 @@ def test_the_path_cases_take_every_kernel_path_of_an_h100():
                          for dtype, rows, row_len in bench.PATH_CASES}
              for direction in ("forward", "backward")}
     assert taken["forward"] == set(PATHS) - {"column_slices", "general"}  # a backward's path
-    assert taken["backward"] == {"short_rows", "column_slices", "row_teams", "grid_rows",
-                                 "split_rows"}
+    assert taken["backward"] == {"short_rows", "column_slices", "row_teams"}
     for dtype, rows, row_len in bench.PATH_CASES:
         assert rows * row_len * np.dtype(dtype).itemsize <= 64 << 20
 
@@ -331,17 +330,17 @@ def test_each_path_is_compared_over_the_cases_that_take_it():
 
 def test_a_comparison_row_says_what_leaving_a_path_out_costs():
     comparison = _load("path_comparison")
-    case = {"dtype": "bfloat16", "rows": 128, "row_len": 262_144}
-    plan = {"forward": "shared_row", "backward": "split_rows"}
+    case = {"dtype": "bfloat16", "rows": 2_048, "row_len": 16_384}
+    plan = {"forward": "wide_rows", "backward": "row_teams"}
     with_every_path = [{**case, "op": "fwd", "impl": "gpu_ops", "median_us": 50.0, "plan": plan},
                        {**case, "op": "fwd", "impl": "xla", "median_us": 80.0}]
-    without = {"shared_row": [{**case, "op": "fwd", "impl": "gpu_ops", "median_us": 70.0,
-                               "plan": {**plan, "forward": "split_rows"}}]}
+    without = {"wide_rows": [{**case, "op": "fwd", "impl": "gpu_ops", "median_us": 70.0,
+                              "plan": {**plan, "forward": "block_rows"}}]}
     (row,) = comparison.comparison(with_every_path, without)
-    assert row["left_out"] == "shared_row" and row["gain"] == pytest.approx(0.4)
+    assert row["left_out"] == "wide_rows" and row["gain"] == pytest.approx(0.4)
     assert (row["with_us"], row["without_us"], row["xla_us"]) == (50.0, 70.0, 80.0)
-    assert row["plan_without"]["forward"] == "split_rows"
-    assert "shared_row" in comparison.row_line(row) and "+40.0%" in comparison.row_line(row)
+    assert row["plan_without"]["forward"] == "block_rows"
+    assert "wide_rows" in comparison.row_line(row) and "+40.0%" in comparison.row_line(row)
 
 
 def test_compare_paths_needs_an_output_file_and_chooses_its_own_runs(capsys):

@@ -103,21 +103,16 @@ def test_more_than_two_to_the_31_elements():
 # slice part empty (5 rows of 4,104 values; on a GPU with clusters); 67 rows
 # are few (a block per row, a thread per 16-byte vector),
 # 4,099 are not; 16-bit rows of 16,384 take a 1024-thread block each; rows
-# of 65,536 take a cluster; the seed's 32 x 262,144 fits the whole GPU at once
-# (the grid kernels), as do 3 rows of 131,080, whose last chunk is cut short
-# (their forward, on Hopper, takes a cluster of 16 blocks a row); the
-# forward of 67 such rows holds a row in a cluster's shared memory; 67
-# float32 rows of 262,144 take clusters of 16 on Hopper; rows of 300,000 are
-# split over many blocks; and rows the fast
-# kernels do not cover (not whole 16-byte vectors, float64) take the general
-# ones (rms_norm_general.cu).
+# of 65,536 take a cluster (on Hopper; the general kernels elsewhere); and
+# the general kernels (rms_norm_general.cu) take what the fast ones do not:
+# rows longer than a cluster holds (the seed's 32 x 262,144, and 3 x 131,080,
+# whose forward takes a cluster and backward the general kernel), rows not
+# of whole 16-byte vectors, and float64.
 PATH_CASES = [((262_147, 128), jnp.bfloat16), ((67, 200), jnp.float32),
               ((5, 4_104), jnp.bfloat16), ((8, 8_192), jnp.float32),
               ((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
               ((1_001, 16_384), jnp.bfloat16), ((67, 65_536), jnp.bfloat16),
               ((32, 262_144), jnp.bfloat16), ((3, 131_080), jnp.bfloat16),
-              ((67, 131_080), jnp.bfloat16), ((67, 262_144), jnp.float32),
-              ((17, 300_000), jnp.float32),
               ((67, 6), jnp.float32), ((67, 1_024), jnp.float64)]
 WITHOUT_CLUSTERS = "GPU_OPS_PLAN_WITHOUT_CLUSTERS"
 WITHOUT_PATHS = "GPU_OPS_PLAN_WITHOUT"
@@ -154,18 +149,15 @@ def test_the_path_cases_take_every_path():
     taken = {direction: {kernel_plan(direction, shape, dtype)["path"]
                          for shape, dtype in PATH_CASES}
              for direction in ("forward", "backward")}
-    forward = {"short_rows", "few_rows", "wide_rows", "block_rows", "row_teams", "grid_rows",
-               "shared_row", "split_rows", "general"}
-    backward = {"short_rows", "column_slices", "row_teams", "grid_rows", "split_rows",
-                "general"}
+    forward = {"short_rows", "few_rows", "wide_rows", "block_rows", "row_teams", "general"}
+    backward = {"short_rows", "column_slices", "row_teams", "general"}
     if not clusters_planned():  # row teams of one block need more rows than a grid has blocks
-        forward -= {"shared_row", "row_teams"}
+        forward -= {"row_teams"}
         backward -= {"column_slices"}
     assert taken == {"forward": forward, "backward": backward}
     clusters = {kernel_plan(direction, shape, dtype).get("cluster", 1)
                 for shape, dtype in PATH_CASES for direction in ("forward", "backward")}
     assert (max(clusters) > 1) == clusters_planned()
-    assert (16 in clusters) == clusters_planned()  # the forward of a few long rows
 
 
 @pytest.mark.skipif(os.environ.get(WITHOUT_CLUSTERS) == "1" or WITHOUT_PATHS in os.environ,
@@ -223,12 +215,12 @@ def test_the_paths_of_a_gpu_without_clusters():
 @pytest.mark.runs_every_implementation
 @pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="already without those paths")
 def test_the_paths_that_take_the_rows_of_those_left_out():
-    # Without the paths for few rows, rows a block holds, inputs the whole
-    # GPU holds and rows a cluster holds in shared memory, the path cases
-    # take the general ones (row teams, of one block too, and split rows),
-    # as the benchmarks do to measure what each specialised path gains.
-    run_path_cases({WITHOUT_PATHS: "few_rows,wide_rows,block_rows,grid_rows,"
-                                   "shared_row"}, "test_kernel_path")
+    # Without the paths for few rows, short rows and rows a block holds, the
+    # path cases take the others (row teams, of one block too, and the
+    # general kernels), as the benchmarks do to measure what each
+    # specialised path gains.
+    run_path_cases({WITHOUT_PATHS: "short_rows,column_slices,few_rows,wide_rows,block_rows"},
+                   "test_kernel_path")
 
 
 # A float32 weight of 16-bit x, as a model that keeps its weights in
@@ -259,32 +251,6 @@ def test_a_float32_weight_takes_the_paths_of_one_dtype():
                        weight_dtype=jnp.float32)["path"] == "general"
 
 
-# Rows just longer than those the split-row and grid kernels leave to the
-# others (cuda_scratch.h): float32 rows of this length take split rows in an
-# A100's backward, where no ring of row teams fits its shared memory.
-SHORT_LONG_ROWS = [((67, 4_104), jnp.float32), ((67, 6_916), jnp.float32),
-                   ((7, 6_916), jnp.float32), ((67, 4_104), jnp.bfloat16)]
-ROW_PATHS = ",".join(sorted(test_kernel_plans.ROW_PATHS))
-LONG_ROW_PATHS = {ROW_PATHS: {"grid_rows", "shared_row"},
-                  ROW_PATHS + ",grid_rows,shared_row": {"split_rows"}}
-
-
-@pytest.mark.parametrize("shape,dtype", SHORT_LONG_ROWS)
-def test_rows_just_longer_than_the_split_threshold(shape, dtype):
-    expected = LONG_ROW_PATHS.get(os.environ.get(WITHOUT_PATHS))
-    if expected:
-        for direction in ("forward", "backward"):
-            assert kernel_plan(direction, shape, dtype)["path"] in expected
-    check_random_op(shape, dtype, seed=6)
-
-
-@pytest.mark.runs_every_implementation
-@pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="already without those paths")
-@pytest.mark.parametrize("without", list(LONG_ROW_PATHS))
-def test_the_long_row_paths_take_rows_just_above_their_threshold(without):
-    run_path_cases({WITHOUT_PATHS: without}, "test_rows_just_longer_than_the_split_threshold")
-
-
 @pytest.mark.parametrize("shape", [(4_099, 1_024), (1_001, 4_096)])
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
 def test_forward_of_more_rows_than_the_gpu_holds_blocks_for(dtype, shape):
@@ -304,33 +270,28 @@ def test_forward_of_one_row_per_1024_thread_block(dtype, shape):
     check_random_op(shape, dtype, seed=5)
 
 
-# Inputs the grid kernels take (rms_norm_grid_rows.cu). The backward: the
-# seed's shape (8 rows a thread), a last group of rows and a last block of
-# columns left part empty (float32 17 x 131,080: 5 rows a thread, two of
-# dy's in shared memory), and one group of 1024-thread columns (7 rows). The
-# forward takes the seed's shape and 7 x 1,000,000 (its last block of columns
-# part empty) too, and 33 x 262,144 (one group of rows one row longer than
-# the others, 6 of its 9 in shared memory) and float32 32 x 262,144 (16 rows
-# a thread, 13 in shared memory, its most); on 132 SMs the sums of 131,080
-# values a row do not fit its scratch, and those rows go to the other
-# forward kernels.
-GRID_CASES = [((32, 262_144), jnp.bfloat16), ((17, 131_080), jnp.float32),
-              ((7, 1_000_000), jnp.float16), ((3, 131_080), jnp.bfloat16),
-              ((33, 262_144), jnp.bfloat16), ((32, 262_144), jnp.float32)]
+# Rows longer than the fast kernels hold, which the general kernels take:
+# the seed's shape, rows a little over what a cluster holds in the backward
+# (65,544 values), a last block of a row part empty (7 x 1,000,000), and
+# float32.
+LONG_ROW_CASES = [((32, 262_144), jnp.bfloat16), ((17, 65_544), jnp.float32),
+                  ((7, 1_000_000), jnp.float16), ((33, 262_144), jnp.float32)]
 
 
-@pytest.mark.parametrize("shape,dtype", GRID_CASES)
-def test_grid_kernels(shape, dtype):
+@pytest.mark.parametrize("shape,dtype", LONG_ROW_CASES)
+def test_rows_longer_than_the_fast_kernels_hold(shape, dtype):
+    for direction in ("forward", "backward"):
+        if direction == "backward" or shape[1] > 8 * 1024 * 16:
+            assert kernel_plan(direction, shape, dtype)["path"] == "general"
     check_random_op(shape, dtype, seed=6)
 
 
 # XLA records a run of at least 5 commands (its default minimum) into a
 # command buffer, a CUDA graph, if every command may be recorded.
 CALLS_FOR_A_GRAPH = 6
-# float32 (rows, row length) that take a block per row, clusters of 16 blocks
-# (the forward, on Hopper) and split rows (the backward), and the grid
-# forward and backward (cooperative launches).
-GRAPH_SHAPES = [(37, 4_096), (37, 262_144), (16, 262_144)]
+# float32 (rows, row length) that take a block per row, clusters (on
+# Hopper) and the general kernels.
+GRAPH_SHAPES = [(37, 4_096), (37, 65_536), (16, 262_144)]
 
 
 def _vjps(xs, weight, dys):

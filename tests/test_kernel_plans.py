@@ -18,26 +18,24 @@ import pytest
 from gpu_ops.kernel_plans import (A100, H100, PATHS, GpuModel, kernel_plan, leave_out,
                                   left_out)
 
-ROW_PATHS = {"few_rows", "wide_rows", "block_rows", "row_teams"}
 
 # shape, dtype: (forward, backward) path on the H100, then on the A100
 CLASSES = [
     ((67, 1_024), jnp.bfloat16, ("few_rows", "row_teams"), ("few_rows", "row_teams")),
     ((16_384, 1_024), jnp.bfloat16, ("block_rows", "row_teams"),
      ("block_rows", "row_teams")),
-    ((16_384, 16_384), jnp.bfloat16, ("wide_rows", "row_teams"),
-     ("wide_rows", "split_rows")),
-    ((16_384, 16_384), jnp.float32, ("block_rows", "row_teams"),
-     ("block_rows", "split_rows")),
-    ((16_384, 65_536), jnp.bfloat16, ("row_teams", "row_teams"), ("split_rows", "split_rows")),
-    ((1, 512 * 512), jnp.bfloat16, ("row_teams", "grid_rows"), ("grid_rows", "grid_rows")),
-    ((32, 512 * 512), jnp.bfloat16, ("grid_rows", "grid_rows"), ("split_rows", "split_rows")),
-    ((1_024, 512 * 512), jnp.bfloat16, ("shared_row", "split_rows"),
-     ("split_rows", "split_rows")),
+    # rows a block does not hold: on an A100, which runs no clusters, the
+    # general kernels
+    ((16_384, 16_384), jnp.bfloat16, ("wide_rows", "row_teams"), ("wide_rows", "general")),
+    ((16_384, 16_384), jnp.float32, ("block_rows", "row_teams"), ("block_rows", "general")),
+    ((16_384, 65_536), jnp.bfloat16, ("row_teams", "row_teams"), ("general", "general")),
+    # longer rows than a cluster of 8 holds, which no model has: the general
+    # kernels
+    ((1, 131_072), jnp.bfloat16, ("row_teams", "general"), ("general", "general")),
+    ((32, 512 * 512), jnp.bfloat16, ("general", "general"), ("general", "general")),
     # decoding: the backward of a few rows over one cluster's column slices
     ((8, 4_096), jnp.bfloat16, ("few_rows", "column_slices"), ("few_rows", "row_teams")),
-    ((1, 16_384), jnp.bfloat16, ("wide_rows", "column_slices"),
-     ("wide_rows", "grid_rows")),
+    ((1, 16_384), jnp.bfloat16, ("wide_rows", "column_slices"), ("wide_rows", "general")),
     # QK-norm rows (head_dim 64 to 256), from decoding to training
     ((32, 128), jnp.bfloat16, ("short_rows", "short_rows"), ("short_rows", "short_rows")),
     ((262_144, 128), jnp.bfloat16, ("short_rows", "short_rows"),
@@ -61,32 +59,20 @@ def test_long_rows_take_clusters_only_where_the_gpu_has_them():
     assert h100["cluster"] == 4 and h100["threads"] == 1024
     backward = kernel_plan("backward", (16_384, 65_536), jnp.bfloat16, H100)
     assert backward["cluster"] == 8
-    for direction in ("forward", "backward"):
-        assert kernel_plan(direction, (16_384, 65_536), jnp.bfloat16, A100)["cluster"] == 1
+    for direction in ("forward", "backward"):  # no cluster: no block holds such a row
+        assert kernel_plan(direction, (16_384, 65_536), jnp.bfloat16, A100)["path"] == "general"
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
-def test_a_few_rows_too_long_for_8_blocks_take_a_cluster_of_16_each(dtype):
-    for rows in (1, 4):
-        plan = kernel_plan("forward", (rows, 262_144), dtype, H100)
-        assert (plan["path"], plan["cluster"], plan["blocks"]) == ("row_teams", 16, 16 * rows)
-        check_plan_covers(plan, "forward", rows, 262_144, dtype, H100)
-    # One more row than that goes to the grid, which keeps every SM busy; a
-    # longer row, the backward, or no clusters: no cluster of 16.
-    assert kernel_plan("forward", (5, 262_144), dtype, H100)["path"] == "grid_rows"
-    assert kernel_plan("forward", (1, 524_288), dtype, H100)["cluster"] <= 8
-    assert kernel_plan("backward", (1, 262_144), dtype, H100)["cluster"] <= 8
-    assert kernel_plan("forward", (1, 262_144), dtype, A100)["cluster"] == 1
-
-
-def test_rows_too_long_for_8_blocks_that_no_grid_or_shared_row_takes_get_clusters_of_16():
-    # float32 rows of 262,144: the grid holds 32 of them, a cluster's shared
-    # memory none; beyond that, clusters of 16 read x once where split rows
-    # would read it twice.
-    assert kernel_plan("forward", (32, 262_144), jnp.float32, H100)["path"] == "grid_rows"
-    plan = kernel_plan("forward", (64, 262_144), jnp.float32, H100)
-    assert (plan["path"], plan["cluster"]) == ("row_teams", 16)
-    assert kernel_plan("forward", (64, 262_144), jnp.float32, A100)["path"] == "split_rows"
+def test_rows_longer_than_a_cluster_holds_take_the_general_kernels():
+    # A cluster of 8 blocks of 1024 threads holds 16 values a thread in the
+    # forward, 8 in the backward.
+    for direction, longest in (("forward", 8 * 1024 * 16), ("backward", 8 * 1024 * 8)):
+        for dtype in (jnp.bfloat16, jnp.float32):
+            plan = kernel_plan(direction, (16, longest), dtype, H100)
+            assert (plan["path"], plan["cluster"]) == ("row_teams", 8)
+            longer = kernel_plan(direction, (16, longest + 64), dtype, H100)
+            assert longer["path"] == "general"
+            assert ("row_teams", "a row is too long for a cluster of blocks") in longer["refused"]
 
 
 VALUES_PER_VECTOR = {jnp.bfloat16: 8, jnp.float16: 8, jnp.float32: 4}
@@ -99,11 +85,7 @@ def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
     assert 1 <= blocks < 2**31 and blocks % cluster == 0
     assert 32 <= threads <= 1024 and threads % 32 == 0
     assert plan["shared_bytes"] <= gpu.shared_bytes_per_block
-    # Clusters of 16 blocks only for the forward of rows too long for 8 (of
-    # 1024 threads holding 16 values each).
-    assert cluster == 1 or (gpu.clusters and cluster <= 8) or (
-        gpu.clusters and cluster == 16 and direction == "forward"
-        and row_length > 8 * 1024 * 16)
+    assert cluster == 1 or (gpu.clusters and cluster <= 8)
     vectors = plan.get("vectors_per_thread", 1)
     if path in ("few_rows", "wide_rows", "block_rows"):  # a block holds its rows
         assert cluster == 1 and threads * vectors * values >= row_length
@@ -125,30 +107,29 @@ def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
         else:
             assert plan["rows_per_block_pass"] == threads // lanes * 2
             assert blocks <= math.ceil(rows / plan["rows_per_block_pass"])
-    elif path == "column_slices":
+    else:
         # one cluster of 8 blocks, a thread a vector column of every row
+        assert path == "column_slices"
         assert direction == "backward" and gpu.clusters and plan["rows"] == rows <= 8
         assert (cluster, blocks) == (8, 8) and threads <= 256
         assert cluster * threads * values >= row_length
-    elif path == "grid_rows":
-        columns = plan["vector_columns_per_block"]
-        assert blocks * columns * values >= row_length
-        assert plan["rows_per_thread"] * (1024 // columns) >= rows  # rows a thread x row groups
-    elif path == "split_rows":
-        assert plan["blocks_per_row"] * 256 * vectors * values >= row_length
-        assert direction == "forward" or 1 <= plan["row_segments"] <= rows
-    else:
-        assert path == "shared_row" and direction == "forward" and gpu.clusters
-        assert cluster * threads * vectors * values >= row_length
+
+
+#: The longest rows no plan leaves to the general kernels: on a GPU with
+#: clusters, every row a model has (and up to 32,768 values); on one
+#: without, rows of up to 4,096 values (a block, with its backward's ring of
+#: float32 rows in 99 KiB of shared memory).
+LONGEST_FAST_ROW = {"H100": 32_768, "A100": 4_096}
 
 
 @pytest.mark.parametrize("gpu", [H100, A100], ids=lambda gpu: gpu.name)
-def test_no_row_of_whole_vectors_falls_to_the_general_kernels(gpu):
+def test_no_row_of_whole_vectors_a_model_has_falls_to_the_general_kernels(gpu):
     # A sweep, beside the random search below: the gaps between the paths'
     # ranges are narrow (an A100's float32 backward once fell through for
     # rows of 6,913 to 8,192 values only).
     for dtype, values in VALUES_PER_VECTOR.items():
-        for row_vectors in [*range(1, 1 << 16, 7), 1 << 16]:
+        longest = LONGEST_FAST_ROW[gpu.name] // values
+        for row_vectors in [*range(1, longest, 7), longest]:
             for rows in (1, 7, 300, 1_000, 1 << 20):
                 for direction in ("forward", "backward"):
                     plan = kernel_plan(direction, (rows, row_vectors * values), dtype, gpu)
@@ -165,8 +146,10 @@ def test_every_plan_covers_its_rows_within_the_gpus_limits(rows, row_vectors, dt
                                                            direction):
     row_length = row_vectors * VALUES_PER_VECTOR[dtype]
     plan = kernel_plan(direction, (rows, row_length), dtype, gpu)
-    assert plan["path"] != "general"  # whole 16-byte vectors of a fast dtype
-    check_plan_covers(plan, direction, rows, row_length, dtype, gpu)
+    if row_length <= LONGEST_FAST_ROW[gpu.name]:
+        assert plan["path"] != "general"  # whole 16-byte vectors of a fast dtype
+    if plan["path"] != "general":
+        check_plan_covers(plan, direction, rows, row_length, dtype, gpu)
 
 
 @pytest.mark.parametrize("row_length", [1, 3, 5, 1_001])
@@ -245,7 +228,7 @@ def test_only_paths_can_be_left_out():
     with pytest.raises(ValueError, match="kernel paths"):
         kernel_plan("forward", (8, 1_024), jnp.float32, H100, without=["general"])
     with pytest.raises(TypeError, match="sequence of path names"):
-        kernel_plan("forward", (8, 1_024), jnp.float32, H100, without="grid_rows")
+        kernel_plan("forward", (8, 1_024), jnp.float32, H100, without="row_teams")
 
 
 def test_the_handlers_leave_out_what_a_benchmark_asks_and_only_paths():
@@ -253,13 +236,13 @@ def test_the_handlers_leave_out_what_a_benchmark_asks_and_only_paths():
     # benchmarks measure each path on one GPU with it).
     assert left_out() == ((), False)
     try:
-        leave_out(("grid_rows", "few_rows"), clusters=True)
-        assert left_out() == (("few_rows", "grid_rows"), True)  # in PATHS' order
+        leave_out(("row_teams", "few_rows"), clusters=True)
+        assert left_out() == (("few_rows", "row_teams"), True)  # in PATHS' order
         with pytest.raises(ValueError, match="'fastest' names something other than kernel"):
             leave_out(["fastest"])
-        assert left_out() == (("few_rows", "grid_rows"), True)  # a refused call changes nothing
+        assert left_out() == (("few_rows", "row_teams"), True)  # a refused call changes nothing
         with pytest.raises(TypeError, match="sequence of path names"):
-            leave_out("grid_rows")
+            leave_out("row_teams")
     finally:
         leave_out()
     assert left_out() == ((), False)
@@ -283,15 +266,12 @@ def test_the_sanitizer_workload_takes_every_path_on_an_h100():
                 continue  # no rows: no kernel runs
             plan = kernel_plan(direction, shape, x_dtype, H100, weight_dtype=w_dtype)
             cluster = plan.get("cluster", 1)  # the general kernels: no launch of the plan's
-            taken.add((plan["path"], "none" if cluster == 1 else "wide" if cluster > 8 else "some"))
+            taken.add((plan["path"], "none" if cluster == 1 else "some"))
         every = {("short_rows", "none"), ("few_rows", "none"), ("wide_rows", "none"),
-                 ("block_rows", "none"),
-                 ("row_teams", "some"), ("row_teams", "wide"), ("grid_rows", "none"),
-                 ("shared_row", "some"), ("split_rows", "none"), ("general", "none")}
+                 ("block_rows", "none"), ("row_teams", "some"), ("general", "none")}
         if direction == "backward":
             every = {("short_rows", "none"), ("column_slices", "some"), ("row_teams", "none"),
-                     ("row_teams", "some"),
-                     ("grid_rows", "none"), ("split_rows", "none"), ("general", "none")}
+                     ("row_teams", "some"), ("general", "none")}
         assert taken == every, direction
     with_residual = {kernel_plan("forward", shape, x_dtype, H100, weight_dtype=w_dtype,
                                  residual=True)["path"]
@@ -315,11 +295,12 @@ def test_a_float32_weight_takes_the_paths_of_the_rows_of_models(direction):
             mixed = kernel_plan(direction, shape, x_dtype, H100, weight_dtype=jnp.float32)
             assert mixed["path"] == kernel_plan(direction, shape, x_dtype, H100)["path"], shape
             assert mixed["path"] != "general", shape
-        long_rows = kernel_plan(direction, (32, 262_144), x_dtype, H100,
+        # the forward's row teams (rows a block does not hold) take one dtype
+        long_rows = kernel_plan("forward", (32, 65_536), x_dtype, H100,
                                 weight_dtype=jnp.float32)
         assert long_rows["path"] == "general"
-        assert kernel_plan(direction, (32, 262_144), x_dtype, H100)["path"] == "grid_rows"
-        assert ("grid_rows", "x is 16-bit and the weight float32, which its kernels do not "
+        assert kernel_plan("forward", (32, 65_536), x_dtype, H100)["path"] == "row_teams"
+        assert ("row_teams", "x is 16-bit and the weight float32, which its kernels do not "
                 "take") in long_rows["refused"]
     # other pairs: the general kernels
     for x_dtype, w_dtype in ((jnp.float32, jnp.bfloat16), (jnp.bfloat16, jnp.float16)):
@@ -335,17 +316,6 @@ def test_a_float32_weight_takes_more_ring_memory_in_the_backward():
                         weight_dtype=jnp.float32)
     assert same["path"] == mixed["path"] == "row_teams"
     assert mixed["shared_bytes"] * 2 == same["shared_bytes"] * 3
-
-
-@pytest.mark.parametrize("row_length", [1_024, 4_096])
-def test_short_rows_never_take_the_long_row_paths(row_length):
-    # however many paths are left out, short rows fall to paths made for them
-    short_row_paths = [p for p in PATHS[:-1] if p not in ("grid_rows", "shared_row",
-                                                          "split_rows")]
-    for direction in ("forward", "backward"):
-        plan = kernel_plan(direction, (67, row_length), jnp.bfloat16, H100,
-                           without=short_row_paths)
-        assert plan["path"] == "general", direction
 
 
 # The forward with a residual add: few rows, and rows a block holds (half as
@@ -448,7 +418,7 @@ def test_the_general_kernels_come_with_why_no_fast_one_took_the_rows(direction):
     assert plan["path"] == "general"
     refused = [path for path, _ in plan["refused"]]
     tried = {"forward": set(PATHS) - {"column_slices", "general"},
-             "backward": {"short_rows", "column_slices", "row_teams", "grid_rows", "split_rows"}}
+             "backward": {"short_rows", "column_slices", "row_teams"}}
     assert set(refused) == tried[direction]
     assert all("16-byte vectors" in why for _, why in plan["refused"])
 
@@ -456,14 +426,12 @@ def test_the_general_kernels_come_with_why_no_fast_one_took_the_rows(direction):
 @pytest.mark.parametrize("gpu", [H100, A100], ids=lambda g: g.name)
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 @pytest.mark.parametrize("shape", [(262144, 128), (1, 4096), (512, 1024), (16384, 16384),
-                                   (64, 65536),
-                                   (32, 262144), (64, 524288)])
+                                   (8, 8192), (64, 65536)])
 def test_without_its_path_a_plan_refuses_the_same_paths_then_that_one(gpu, direction, shape):
     plan = kernel_plan(direction, shape, "bfloat16", gpu)
     refused = plan["refused"]
-    if plan["path"] in {path for path, _ in refused}:
-        pytest.skip("tried twice (row teams of 8, then of 16 blocks): leaving it out "
-                    "changes the first refusal too")
+    if plan["path"] == "general":
+        pytest.skip("the general kernels, which are never left out")
     again = kernel_plan(direction, shape, "bfloat16", gpu, without=(plan["path"],))
     assert again["refused"][:len(refused)] == refused
     assert again["refused"][len(refused)] == (plan["path"], "left out of the plans")

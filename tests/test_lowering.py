@@ -19,7 +19,7 @@ def _custom_calls(text):
 
 
 @pytest.mark.ffi_lowering
-def test_forward_custom_call_has_typed_eps_and_cuda_adds_empty_chunk_sums():
+def test_forward_custom_call_has_typed_eps_and_no_scratch():
     x, w = jnp.ones((4, 8), jnp.bfloat16), jnp.ones(8, jnp.bfloat16)
     calls = {platform: _custom_calls(_stablehlo(lambda x, w: gpu_ops.rms_norm(x, w, 1e-6),
                                                 x, w, platform=platform))
@@ -27,10 +27,8 @@ def test_forward_custom_call_has_typed_eps_and_cuda_adds_empty_chunk_sums():
     for (call,) in calls.values():
         assert "@gpu_ops_rms_norm_fwd" in call
         assert re.search(r"eps = 9.9999999999999995E-7 : f64", call), call
-    signature = "(tensor<4x8xbf16>, tensor<8xbf16>) -> (tensor<4x8xbf16>, tensor<4xf32>"
-    # Rows this short never take the split-row kernels: no chunk sums.
-    assert signature + ", tensor<0xf32>)" in calls["cuda"][0]
-    assert signature + ")" in calls["cpu"][0]
+    signature = "(tensor<4x8xbf16>, tensor<8xbf16>) -> (tensor<4x8xbf16>, tensor<4xf32>)"
+    assert signature in calls["cuda"][0] and signature in calls["cpu"][0]
 
 
 @pytest.mark.ffi_lowering
@@ -43,29 +41,19 @@ def test_cuda_backward_has_scratch_results_and_cpu_does_not():
                  if "rms_norm_bwd" in c]
     partials = gpu_ops._native.dweight_partial_rows(1000, 8)
     assert partials == 500  # one segment per two rows: 2**21 scratch elements allow it
-    assert (f"-> (tensor<1000x8xf32>, tensor<8xf32>, tensor<{partials}x8xf32>, "
-            "tensor<0xf32>)") in cuda_calls[0]
+    assert f"-> (tensor<1000x8xf32>, tensor<8xf32>, tensor<{partials}x8xf32>)" in cuda_calls[0]
     assert "-> (tensor<1000x8xf32>, tensor<8xf32>)" in cpu_calls[0]
 
 
-@pytest.mark.parametrize("row_length, chunks", [(4096, 0), (4104, 3), (8200, 5),
-                                                (262144, 128)])
-def test_chunk_sums_hold_one_float_per_backward_chunk_of_long_rows(row_length, chunks):
-    # A backward chunk is 256 threads x 8 values; rows of up to 4096 values
-    # never take the split-row kernels.
-    assert gpu_ops.ffi_targets.cuda_forward_scratch((3, row_length), (row_length,)) == [
-        ((3 * chunks,), np.float32)]
-
-
 @pytest.mark.ffi_lowering
-def test_seed_shape_cuda_calls_carry_chunk_sums():
+def test_seed_shape_cuda_backward_carries_its_partial_sums():
     x, w = jnp.ones((32, 512, 512), jnp.bfloat16), jnp.ones((512, 512), jnp.bfloat16)
     grad = jax.grad(lambda x, w: gpu_ops.rms_norm(x, w).astype(jnp.float32).sum(),
                     argnums=(0, 1))
     forward, backward = _custom_calls(_stablehlo(grad, x, w, platform="cuda"))
-    assert forward.endswith("-> (tensor<32x512x512xbf16>, tensor<32xf32>, tensor<4096xf32>)")
+    assert forward.endswith("-> (tensor<32x512x512xbf16>, tensor<32xf32>)")
     assert backward.endswith("-> (tensor<32x512x512xbf16>, tensor<512x512xbf16>, "
-                             "tensor<8x262144xf32>, tensor<4096xf32>)")
+                             "tensor<8x262144xf32>)")
 
 
 def test_handlers_match_the_installed_ffi_api():

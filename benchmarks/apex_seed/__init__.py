@@ -63,8 +63,8 @@ def _forward(x, weight, eps):
 
 def _backward(eps, residuals, dy):
     inv_rms, x, weight = residuals
-    # gpu_ops' weight-gradient scratch (cuda_scratch.h), without its chunk sums
-    partials, _ = ffi_targets.cuda_backward_scratch(x.shape, x.dtype, weight.shape)
+    # gpu_ops' weight-gradient scratch (cuda_scratch.h)
+    (partials,) = ffi_targets.cuda_backward_scratch(x.shape, x.dtype, weight.shape)
     dx, dweight, _ = jax.ffi.ffi_call(BACKWARD_TARGET, (
         jax.ShapeDtypeStruct(x.shape, x.dtype),
         jax.ShapeDtypeStruct(weight.shape, weight.dtype),

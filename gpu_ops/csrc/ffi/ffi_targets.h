@@ -20,14 +20,14 @@
 // X(Name, "target", operands, results, CUDA scratch results): the handlers
 // RmsNorm<Name>Cpu and RmsNorm<Name>Cuda, of the FFI target "target".
 #define GPU_OPS_FFI_TARGETS(X)                                                   \
-  X(Forward, "gpu_ops_rms_norm_fwd", 2, 2, 1)                                    \
+  X(Forward, "gpu_ops_rms_norm_fwd", 2, 2, 0)                                    \
   X(ResidualForward, "gpu_ops_rms_norm_residual_fwd", 3, 3, 0)                   \
   X(QuantisedForward, "gpu_ops_rms_norm_fp8_fwd", 2, 3, 0)                       \
   X(ResidualQuantisedForward, "gpu_ops_rms_norm_residual_fp8_fwd", 3, 4, 0)      \
   X(ScaledQuantisedForward, "gpu_ops_rms_norm_fp8_scaled_fwd", 3, 3, 0)          \
   X(ResidualScaledQuantisedForward, "gpu_ops_rms_norm_residual_fp8_scaled_fwd",  \
     4, 4, 0)                                                                     \
-  X(Backward, "gpu_ops_rms_norm_bwd", 4, 2, 2)                                   \
+  X(Backward, "gpu_ops_rms_norm_bwd", 4, 2, 1)                                   \
   X(FromFloat8Forward, "gpu_ops_rms_norm_from_fp8_fwd", 3, 2, 0)                 \
   X(FromFloat8Backward, "gpu_ops_rms_norm_from_fp8_bwd", 5, 2, 1)
 

@@ -46,7 +46,6 @@ py::dict Targets() {
 // lowering gives it (XLA's buffers are 16-byte aligned).
 gpu_ops::Problem CallProblem(int64_t rows, int64_t row_length, std::string dtype) {
   gpu_ops::Problem problem{rows, row_length, true, gpu_ops::DType::kFloat32,
-                           gpu_ops::ChunkSumsLength(rows, row_length),
                            gpu_ops::DweightPartialRows(rows, row_length)};
   constexpr const char* kFloat32Weight = "/float32";
   const size_t slash = dtype.find('/');
@@ -81,15 +80,6 @@ py::list PlanKernels(gpu_ops::Path path, bool forward) {
     case Path::kRowTeams:
       names = forward ? std::vector{"ClusterForwardKernel"}
                       : std::vector{"FastBackwardKernel", "SumPartialsKernel"};
-      break;
-    case Path::kGridRows:
-      names = {forward ? "GridForwardKernel" : "GridBackwardKernel"};
-      break;
-    case Path::kSharedRow: names = {"SharedRowForwardKernel"}; break;
-    case Path::kSplitRows:
-      names = forward ? std::vector{"ChunkSumsKernel", "ChunkForwardKernel"}
-                      : std::vector{"ChunkSumsKernel", "ChunkBackwardKernel",
-                                    "SumPartialsKernel"};
       break;
     case Path::kGeneral:
       names = forward ? std::vector{"GeneralForwardKernel"}
@@ -142,18 +132,6 @@ py::dict PlanDict(const gpu_ops::Plan& plan, bool forward, const gpu_ops::Refusa
       d["rows_at_once_per_block"] = s.teams;
       d["vectors_per_thread"] = s.vectors;
       if (!forward) d["rows_per_team"] = plan.rows_per_group;
-      break;
-    case Path::kGridRows:
-      d["vector_columns_per_block"] = plan.columns;
-      d["rows_per_thread"] = s.vectors;
-      break;
-    case Path::kSharedRow:
-      d["vectors_per_thread"] = s.vectors;
-      break;
-    case Path::kSplitRows:
-      d["blocks_per_row"] = plan.chunks;
-      d["vectors_per_thread"] = s.vectors;
-      if (!forward) d["row_segments"] = plan.segments;
       break;
     case Path::kGeneral:
       break;
@@ -251,9 +229,6 @@ PYBIND11_MODULE(_native, m) {
   m.def("dweight_partial_rows_cap", &gpu_ops::DweightPartialRowsCap,
         py::arg("row_length"),
         "Most rows the CUDA backward's weight-gradient scratch matrix has.");
-  m.def("chunk_sums_per_row", &gpu_ops::ChunkSumsPerRow, py::arg("row_length"),
-        "Floats a row takes in the CUDA calls' chunk-sums scratch vector (0 "
-        "for rows the split-row kernels do not take).");
   py::list paths;
   for (int i = 0; i <= static_cast<int>(gpu_ops::Path::kGeneral); ++i) {
     paths.append(gpu_ops::PathName(static_cast<gpu_ops::Path>(i)));

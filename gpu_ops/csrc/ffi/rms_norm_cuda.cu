@@ -14,7 +14,6 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/fast_kernels_common.cuh"
 #include "kernels/rms_norm_cuda_kernels.h"
-#include "plan/cuda_scratch.h"
 #include "plan/rms_norm_plan.h"
 
 namespace gpu_ops {
@@ -33,11 +32,6 @@ class CurrentGpu final : public DeviceModel {
       case Kernel::kRowTeamsForward:
       case Kernel::kRowTeamsBackward:
         return RowTeamsResident(kernel, dtype, shape, shared_bytes);
-      case Kernel::kGridForward:
-      case Kernel::kGridBackward:
-        return GridRowsResident(kernel, dtype, shape, shared_bytes);
-      case Kernel::kSharedRowForward:
-        return SharedRowResident(dtype, shape, shared_bytes);
       case Kernel::kShortRowsBackward:
         return ShortRowsResident(dtype, shape);
       case Kernel::kColumnSlices:
@@ -56,9 +50,6 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
     case Path::kBlockRows:
     case Path::kRowTeams:
       return LaunchRowsForward(stream, plan, {b.x, b.w, b.y, b.inv_rms}, g, eps);
-    case Path::kGridRows: return LaunchGridRowsForward(stream, plan, b, g, eps);
-    case Path::kSharedRow: return LaunchSharedRowForward(stream, plan, b, g, eps);
-    case Path::kSplitRows: return LaunchSplitRowsForward(stream, plan, b, g, eps);
     case Path::kColumnSlices:  // the backward's alone
       return ffi::Error::Internal("gpu_ops rms_norm: no forward kernel for plan column_slices");
     case Path::kGeneral: break;
@@ -72,8 +63,6 @@ ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
     case Path::kShortRows: return LaunchShortRowsBackward(stream, plan, b, g);
     case Path::kColumnSlices: return LaunchColumnSlicesBackward(stream, plan, b, g);
     case Path::kRowTeams: return LaunchRowTeamsBackward(stream, plan, b, g);
-    case Path::kGridRows: return LaunchGridRowsBackward(stream, plan, b, g);
-    case Path::kSplitRows: return LaunchSplitRowsBackward(stream, plan, b, g);
     case Path::kGeneral: return GeneralBackward(stream, b, g);
     default: break;
   }
@@ -86,42 +75,24 @@ ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
 // the fast kernels take its buffers), with no scratch memory.
 Problem ProblemOf(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, RowGeometry g,
                   bool fast_buffers) {
-  Problem problem{g.rows, g.row_length, fast_buffers, PlanDType(x.element_type()), 0, 0};
+  Problem problem{g.rows, g.row_length, fast_buffers, PlanDType(x.element_type()), 0};
   problem.float32_weight = Float32Weight(x, w);
   return problem;
-}
-
-// chunk_sums must be the float32 vector of ChunkSumsLength floats.
-ffi::Error CheckChunkSums(const ffi::AnyBuffer& chunk_sums, RowGeometry g) {
-  const int64_t length = ChunkSumsLength(g.rows, g.row_length);
-  auto dims = chunk_sums.dimensions();
-  if (chunk_sums.element_type() != ffi::DataType::F32 || dims.size() != 1 ||
-      dims[0] != length) {
-    return Invalid("chunk_sums must be a float32 vector of " +
-                   std::to_string(length) + " elements, got " +
-                   std::string(DTypeName(chunk_sums.element_type())) +
-                   " of shape " + DimsToString(dims));
-  }
-  return ffi::Error::Success();
 }
 
 // [forward-handler]
 ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
                        ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> y,
-                       ffi::Result<ffi::AnyBuffer> inv_rms,
-                       ffi::Result<ffi::AnyBuffer> chunk_sums, double eps) {
+                       ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
   RowGeometry g;
   if (auto err = CheckForwardBuffers(x, w, eps, *y, *inv_rms, &g);
       err.failure()) {
     return err;
   }
-  if (auto err = CheckChunkSums(*chunk_sums, g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
-  const ForwardBuffers buffers{x, w, *y, *inv_rms, *chunk_sums};
-  Problem problem = ProblemOf(x, w, g, FastBuffers(x, w, *y, *inv_rms));
-  problem.chunk_sums = static_cast<int64_t>(chunk_sums->element_count());
+  const Problem problem = ProblemOf(x, w, g, FastBuffers(x, w, *y, *inv_rms));
   return LaunchForward(stream, PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans()),
-                       buffers, g, eps);
+                       {x, w, *y, *inv_rms}, g, eps);
 }
 // [forward-handler-end]
 
@@ -129,8 +100,7 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
                         ffi::AnyBuffer inv_rms, ffi::AnyBuffer x,
                         ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> dx,
                         ffi::Result<ffi::AnyBuffer> dw,
-                        ffi::Result<ffi::AnyBuffer> partials,
-                        ffi::Result<ffi::AnyBuffer> chunk_sums, double eps) {
+                        ffi::Result<ffi::AnyBuffer> partials, double eps) {
   RowGeometry g;
   if (auto err = CheckBackwardBuffers(dy, inv_rms, x, w, eps, *dx, *dw, &g);
       err.failure()) {
@@ -140,14 +110,11 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
       err.failure()) {
     return err;
   }
-  if (auto err = CheckChunkSums(*chunk_sums, g); err.failure()) return err;
   if (g.rows == 0) return ClearWeightGradient(stream, *dw);
-  const BackwardBuffers buffers{dy,  inv_rms, x,        w,
-                                *dx, *dw,     *partials, *chunk_sums};
+  const BackwardBuffers buffers{dy, inv_rms, x, w, *dx, *dw, *partials};
   Problem problem = ProblemOf(x, w, g,
                               FastBuffers(x, w, dy, inv_rms, *dx, *dw, *partials) &&
                                   partials->element_type() == ffi::DataType::F32);
-  problem.chunk_sums = static_cast<int64_t>(chunk_sums->element_count());
   problem.num_partials = partials->dimensions()[0];
   return LaunchBackward(stream, PlanBackward(problem, CurrentGpu(), PathsLeftOutOfPlans()),
                         buffers, g);

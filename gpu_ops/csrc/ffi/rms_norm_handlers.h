@@ -4,9 +4,8 @@
 //   forward with a residual: (x, weight, residual; eps)
 //             -> (y, inv_rms, x + residual), y normalising x + residual
 //   backward: (dy, inv_rms, x, weight; eps) -> (dx, dweight)
-// The CUDA handlers have scratch results besides (cuda_scratch.h): chunk_sums
-// after the forward's results, dweight_partials and chunk_sums after the
-// backward's.
+// The CUDA backward has a scratch result besides (cuda_scratch.h):
+// dweight_partials after its results.
 //
 //   forward of a float8 input: (values, weight, scales; eps) -> (y, inv_rms),
 //             x the float8_e4m3fn values times their groups' float32 scales

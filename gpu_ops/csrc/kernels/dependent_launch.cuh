@@ -8,8 +8,7 @@
 // that kernel has finished and its writes are visible. What comes before the
 // wait must not read what the kernel before writes, nor write what it reads.
 // This hides the start of the weight-gradient sum behind the backward before
-// it, and lets the split-row backward's second pass load its vectors before
-// it waits. The GPU tests check the results of these launches inside XLA's
+// it. The GPU tests check the results of these launches inside XLA's
 // command buffers (CUDA graphs) too.
 #ifndef GPU_OPS_DEPENDENT_LAUNCH_CUH_
 #define GPU_OPS_DEPENDENT_LAUNCH_CUH_

@@ -1,8 +1,8 @@
 // Device code shared by the fast kernels: rows of whole 16-byte vectors
 // (Pack), spread over threads (Shape, Place) that add up their values
 // together (TeamSum), and the weight gradient's partial sums (SumPartials).
-// Used by rms_norm_fast.cu (a row per thread team) and
-// rms_norm_split_rows.cu (a row per several blocks).
+// Used by rms_norm_fast.cu (a row per thread team), rms_norm_short_rows.cu
+// and rms_norm_column_slices.cu.
 #ifndef GPU_OPS_FAST_KERNELS_COMMON_CUH_
 #define GPU_OPS_FAST_KERNELS_COMMON_CUH_
 
@@ -50,9 +50,8 @@ using PackBeside = Pack<W, Pack<T>::kSize>;
 // float, so it is taken from the 32-bit word that holds it (a shift or a
 // mask, exact). Read as a 16-bit value, ptxas gives each of a vector's eight
 // values a 32-bit register of its own, and the forward's registers, which
-// decide how many blocks an SM holds, nearly double. The forward kernels (and
-// the split rows' first pass, which both directions share) read values this
-// way, and so does the backward of rows that take a cluster (ElementOf<true>);
+// decide how many blocks an SM holds, nearly double. The forward kernels read
+// values this way, and so does the backward of rows that take a cluster (ElementOf<true>);
 // the other backward kernels read 16-bit values, which ran faster for them.
 template <typename T, int kValues>
 __device__ __forceinline__ float Element(const Pack<T, kValues>& p, int e) {
@@ -111,7 +110,7 @@ struct TeamSumSlots {
   // Cluster teams: every block's sum, sent by each block to every block of
   // the cluster (blocks[half][sender]), and a barrier per half that
   // completes when all of them have landed.
-  float blocks[2][kMaxRowCluster];
+  float blocks[2][kMaxCluster];
   uint64_t landed[2];
 };
 
@@ -248,63 +247,30 @@ __device__ float TeamSum(float v, const Shape& s, const Place& at,
   return total;
 }
 
-// The 16 bytes at p. With kLast (global memory only), the load is marked as
-// the op's last read of them (ld.global.cs: evict first from L1 and L2), so
-// that the lines the op then writes push them out before lines it has yet
-// to read (rms_norm_split_rows.cu).
-template <bool kLast>
-__device__ __forceinline__ uint4 LoadWords(const uint4* p) {
-  if constexpr (kLast) return __ldcs(p);
-  return *p;
-}
-
 // The pack at p if `ok`, else zeros, chosen as 32-bit words rather than
 // value by value: four selects a 16-byte vector instead of one per value.
-template <bool kLast = false, typename P>
+template <typename P>
 __device__ __forceinline__ P VectorOrZeros(bool ok, const P* p) {
   static_assert(sizeof(P) % 16 == 0, "whole 16-byte vectors");
   uint4 words[sizeof(P) / 16];
 #pragma unroll
   for (int i = 0; i < static_cast<int>(sizeof(P) / 16); ++i) {
-    words[i] = ok ? LoadWords<kLast>(reinterpret_cast<const uint4*>(p) + i)
-                  : make_uint4(0, 0, 0, 0);
+    words[i] = ok ? reinterpret_cast<const uint4*>(p)[i] : make_uint4(0, 0, 0, 0);
   }
   P v;
   memcpy(&v, words, sizeof(P));
   return v;
 }
 
-// For LoadVectors<kLastUse>: the op's last read of these vectors.
-constexpr bool kLastUse = true;
-
-// Copies the 16 bytes at `from` to shared memory at `to` asynchronously, as
-// __pipeline_memcpy_async does (its commits and waits apply), marked as the
-// op's last read of them: evict first from L2 (a createpolicy cache hint), so
-// that L2 keeps what the op writes, which the next op reads, rather than
-// what it has read (rms_norm_grid_rows.cu).
-template <typename P>
-__device__ __forceinline__ void CopyLastUse(P* to, const P* from) {
-  static_assert(sizeof(P) == 16, "16-byte copies");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;"
-               ::"r"(SharedAddress(to)), "l"(from), "l"(policy)
-               : "memory");
-#else
-  __pipeline_memcpy_async(to, from, sizeof(P));
-#endif
-}
-
 // This thread's vectors of a row (of x, dy or the weight) that starts at
 // `row`; zeros past its end.
-template <bool kLast = false, int kVectors, typename P>
+template <int kVectors, typename P>
 __device__ void LoadVectors(const P* __restrict__ row, int row_vectors,
                             const Place& at, P (&v)[kVectors]) {
 #pragma unroll
   for (int k = 0; k < kVectors; ++k) {
     const int c = at.first + k * at.stride;
-    v[k] = VectorOrZeros<kLast>(c < row_vectors, row + c);
+    v[k] = VectorOrZeros(c < row_vectors, row + c);
   }
 }
 
@@ -496,19 +462,6 @@ bool AllowSharedMemory(Kernel kernel, int shared_bytes) {
   return true;
 }
 
-// Allows launches of `kernel` in clusters of `cluster` blocks: beyond
-// Hopper's portable 8, a kernel must ask. False if the GPU refuses.
-template <typename Kernel>
-bool AllowCluster(Kernel kernel, int cluster) {
-  if (cluster <= kMaxCluster) return true;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                           1) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return true;
-}
-
 // How many blocks (or clusters of blocks) of `shape`, with `shared_bytes` of
 // shared memory each, the GPU runs at once; 0 if it cannot run even one.
 template <typename Kernel>
@@ -519,10 +472,7 @@ int64_t ResidentGroups(Kernel kernel, const Shape& shape, int shared_bytes) {
                                    shape.cluster, shared_bytes);
   return Cached(key, [&]() -> int64_t {
     int groups = 0;
-    if (!AllowSharedMemory(kernel, shared_bytes) ||
-        !AllowCluster(kernel, shape.cluster)) {
-      return 0;
-    }
+    if (!AllowSharedMemory(kernel, shared_bytes)) return 0;
     if (shape.cluster == 1) {
       int sms = 0;
       if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
@@ -557,10 +507,6 @@ ffi::Error Launch(cudaStream_t stream, Kernel kernel, const Shape& shape,
   if (!AllowSharedMemory(kernel, shared_bytes)) {
     return ffi::Error::Internal(std::string("gpu_ops rms_norm: ") + what +
                                 ": the GPU has too little shared memory");
-  }
-  if (!AllowCluster(kernel, shape.cluster)) {
-    return ffi::Error::Internal(std::string("gpu_ops rms_norm: ") + what +
-                                ": the GPU refuses clusters of this size");
   }
   cudaLaunchAttribute cluster_dims[1];
   const cudaLaunchConfig_t config =

@@ -7,9 +7,6 @@
 //   column slices;
 // - rms_norm_fast.cu: rows a thread team (or a cluster of blocks) holds,
 //   with a residual add too;
-// - rms_norm_grid_rows.cu: inputs the whole GPU holds at once;
-// - rms_norm_shared_rows.cu: forward rows a cluster holds in shared memory;
-// - rms_norm_split_rows.cu: each row over many blocks, in two passes;
 // - rms_norm_general.cu: every dtype pair and row length (kGeneral), with a
 //   residual add too;
 // - rms_norm_fp8.cu: the forward quantised to float8, any dtypes;
@@ -32,14 +29,12 @@ namespace gpu_ops {
 struct ForwardBuffers {
   ffi::AnyBuffer x, w;        // inputs
   ffi::AnyBuffer y, inv_rms;  // results
-  ffi::AnyBuffer chunk_sums;  // scratch: float32 (ChunkSumsLength)
 };
 
 struct BackwardBuffers {
   ffi::AnyBuffer dy, inv_rms, x, w;  // inputs
   ffi::AnyBuffer dx, dw;             // results
   ffi::AnyBuffer partials;           // scratch: (num_partials, row_length)
-  ffi::AnyBuffer chunk_sums;         // scratch: float32 (ChunkSumsLength)
 };
 
 // A forward's operands and results; with a residual add where `residual`
@@ -97,9 +92,6 @@ bool RunsClusters();
 
 int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
                          int shared_bytes);
-int64_t GridRowsResident(Kernel kernel, DType dtype, const Shape& shape,
-                         int shared_bytes);
-int64_t SharedRowResident(DType dtype, const Shape& shape, int shared_bytes);
 int64_t ShortRowsResident(DType dtype, const Shape& shape);
 int64_t ColumnSlicesResident(DType dtype, const Shape& shape);
 
@@ -119,19 +111,6 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
                              double eps);
 ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
                                   const BackwardBuffers& b, RowGeometry g);
-ffi::Error LaunchGridRowsForward(cudaStream_t stream, const Plan& plan,
-                                 const ForwardBuffers& b, RowGeometry g,
-                                 double eps);
-ffi::Error LaunchGridRowsBackward(cudaStream_t stream, const Plan& plan,
-                                  const BackwardBuffers& b, RowGeometry g);
-ffi::Error LaunchSharedRowForward(cudaStream_t stream, const Plan& plan,
-                                  const ForwardBuffers& b, RowGeometry g,
-                                  double eps);
-ffi::Error LaunchSplitRowsForward(cudaStream_t stream, const Plan& plan,
-                                  const ForwardBuffers& b, RowGeometry g,
-                                  double eps);
-ffi::Error LaunchSplitRowsBackward(cudaStream_t stream, const Plan& plan,
-                                   const BackwardBuffers& b, RowGeometry g);
 
 }  // namespace gpu_ops
 

@@ -5,10 +5,10 @@
 // the seed tutorial's they follow:
 // - every load and store moves 16 bytes (8 bfloat16/float16 or 4 float32);
 // - a row is spread over a "row team" of threads (part of a block for short
-//   rows, a whole block, or a cluster of up to 16 blocks sharing their sums
+//   rows, a whole block, or a cluster of up to 8 blocks sharing their sums
 //   through distributed shared memory on Hopper for long rows), and each
 //   thread keeps its part of the row on chip, so x is read from memory once
-//   (rows too long for that: rms_norm_shared_rows.cu, rms_norm_split_rows.cu);
+//   (rows too long for that take the general kernels);
 // - the backward is one pass: a team computes dx for its rows and adds up
 //   their weight gradient in registers; a block's teams then write it as
 //   one row of partial sums, and a small kernel adds the partial rows;
@@ -42,16 +42,12 @@
 #include "kernels/dtype_dispatch.h"
 #include "kernels/fast_kernels_common.cuh"
 #include "kernels/rms_norm_cuda_kernels.h"
-#include "plan/cuda_scratch.h"
 
 namespace gpu_ops {
 namespace {
 
 // TeamSum gives each team of 64 or more threads named barrier 1 + team.
 static_assert(kTeamBlockThreads / (2 * kWarpSize) < 16);
-// Rows the split-row kernels leave to these ones fit one block.
-static_assert(kMaxThreads * kMaxBackwardValues >= kSplitRowsAbove &&
-              kMaxThreads * kMaxForwardValues >= kSplitRowsAbove);
 
 // A ring of kStages row slots in shared memory, filled with asynchronous
 // copies (cp.async): rows stream in kStages - 1 rows ahead of the one being

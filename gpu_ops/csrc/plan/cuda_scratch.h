@@ -10,11 +10,6 @@
 //   `num_partials` segments, sums dy * x * inv_rms over each segment into one
 //   row of a float32/float64 matrix (num_partials, row_length), then adds
 //   those rows up.
-// - chunk_sums (forward and backward): a float32 vector of one sum per chunk
-//   of a row for the split-row kernels (rms_norm_split_rows.cu), which take
-//   only rows longer than kSplitRowsAbove; empty for shorter rows. The grid
-//   forward (rms_norm_grid_rows.cu) keeps a sum per row and block in it, and
-//   leaves inputs whose sums it cannot hold to the other kernels.
 #ifndef GPU_OPS_CUDA_SCRATCH_H_
 #define GPU_OPS_CUDA_SCRATCH_H_
 
@@ -39,31 +34,6 @@ inline int64_t DweightPartialRowsCap(int64_t row_length) {
 
 inline int64_t DweightPartialRows(int64_t rows, int64_t row_length) {
   return std::max<int64_t>(std::min(DweightPartialRowsCap(row_length), rows / 2), 1);
-}
-
-// The split-row kernels: blocks of kSplitThreads threads, each thread taking
-// up to kSplitForwardValues (forward) or kSplitBackwardValues (backward)
-// values of a row; a chunk is what one block takes.
-constexpr int kSplitThreads = 256;
-constexpr int kSplitForwardValues = 16;
-constexpr int kSplitBackwardValues = 8;
-// Rows of up to this many values never take the split-row kernels: the
-// fast kernels hold them in one block on every GPU with at least 99 KiB of
-// shared memory a block. (Longer float32 rows need more in the backward: an
-// A100 cannot ring a float32 row of 7,000 values, so those take split rows.)
-constexpr int64_t kSplitRowsAbove = 4096;
-
-// The chunk_sums vector holds one float per chunk of every row, for the
-// smaller (backward) chunks, which the forward's fewer chunks fit in too:
-// ChunkSumsPerRow floats a row.
-inline int64_t ChunkSumsPerRow(int64_t row_length) {
-  if (row_length <= kSplitRowsAbove) return 0;
-  constexpr int64_t kChunk = int64_t{kSplitThreads} * kSplitBackwardValues;
-  return (row_length + kChunk - 1) / kChunk;
-}
-
-inline int64_t ChunkSumsLength(int64_t rows, int64_t row_length) {
-  return rows * ChunkSumsPerRow(row_length);
 }
 
 }  // namespace gpu_ops

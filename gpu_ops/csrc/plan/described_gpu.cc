@@ -7,12 +7,11 @@ namespace {
 
 // The most registers a thread of each kernel may use: the caps that their
 // __launch_bounds__ and __maxnreg__ set (rms_norm_fast.cu,
-// rms_norm_grid_rows.cu, rms_norm_shared_rows.cu), the same for every dtype.
+// rms_norm_short_rows.cu, rms_norm_column_slices.cu), the same for every dtype.
 // The few-rows forward's 32 is what 2,048 threads an SM leave each of them.
 int RegisterCap(Kernel kernel) {
   switch (kernel) {
     case Kernel::kFewRowsForward: return 32;
-    case Kernel::kSharedRowForward: return 65536 / kSharedRowThreads;
     case Kernel::kColumnSlices: return 65536 / kColumnSliceThreads;
     case Kernel::kShortRowsBackward:
       return 65536 / (kShortRowsThreads * kShortRowsBackwardBlocks);
@@ -25,7 +24,7 @@ int RegisterCap(Kernel kernel) {
 int64_t DescribedGpu::Resident(Kernel kernel, DType /*dtype*/, const Shape& shape,
                                int shared_bytes) const {
   const int threads = shape.team * shape.teams;
-  if (threads < 1 || threads > kMaxThreads || shape.cluster > kMaxRowCluster ||
+  if (threads < 1 || threads > kMaxThreads || shape.cluster > kMaxCluster ||
       shared_bytes > n_.shared_bytes_per_block ||
       (shape.cluster > 1 && !n_.clusters)) {
     return 0;
@@ -34,9 +33,8 @@ int64_t DescribedGpu::Resident(Kernel kernel, DType /*dtype*/, const Shape& shap
   per_sm = std::min(per_sm, n_.registers_per_sm / (threads * RegisterCap(kernel)));
   if (shared_bytes > 0) per_sm = std::min(per_sm, n_.shared_bytes_per_sm / shared_bytes);
   // A GPU places a cluster's blocks within one group of SMs (a GPC), which
-  // this model does not know: it may count more clusters than run at once
-  // (8 of 16 blocks on an H100, which runs 7), a difference in the number
-  // of clusters a plan launches, not in its path.
+  // this model does not know: it may count more clusters than run at once,
+  // a difference in the number of clusters a plan launches, not in its path.
   return int64_t{per_sm} * n_.sms / shape.cluster;
 }
 

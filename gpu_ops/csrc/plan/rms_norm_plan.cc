@@ -47,10 +47,8 @@ constexpr const char* kLeftOut = "left out of the plans";
 constexpr const char* kNoResidualKernel = "it has no kernel with the residual add";
 constexpr const char* kRowTooLong = "a row is too long for a cluster of blocks";
 
-// The largest cluster up to `limit` that the device runs (1: none).
-int MaxCluster(const DeviceModel& device, int limit = kMaxCluster) {
-  return device.Clusters() ? limit : 1;
-}
+// The largest cluster the device runs (1: none).
+int MaxCluster(const DeviceModel& device) { return device.Clusters() ? kMaxCluster : 1; }
 
 // Shared memory for rings whose slots hold `words` 16-byte words beside
 // each 16-byte vector of x (x's one; with dy's, one more, or two of a
@@ -168,12 +166,10 @@ const char* NotWideRows(const Problem& p, const Shape& shape, PathSet without) {
   return nullptr;
 }
 
-// wide: clusters of up to kMaxRowCluster blocks, else of up to kMaxCluster.
 std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
-                                    PathSet without, bool wide, Refusals* refused) {
+                                    PathSet without, Refusals* refused) {
   const std::optional<Shape> shape = RowTeamShape(
-      RowVectors(p), kMaxForwardValues / VectorValues(p),
-      MaxCluster(device, wide ? kMaxRowCluster : kMaxCluster));
+      RowVectors(p), kMaxForwardValues / VectorValues(p), MaxCluster(device));
   if (!shape) {
     for (Path path : {Path::kWideRows, Path::kBlockRows}) Refuse(refused, path, kRowTooLong);
     return Refuse(refused, Path::kRowTeams, kRowTooLong);
@@ -247,85 +243,6 @@ std::optional<Plan> RowTeamsBackward(const Problem& p,
   return plan;
 }
 
-// The narrowest column slices whose blocks all fit on the GPU at once (the
-// most threads per column, the fewest rows per thread). None if a thread
-// would take more than max_rows rows, or the row sums (a float per row and
-// block) would not fit in sums_room floats.
-template <typename SharedBytes>
-std::optional<Plan> GridRows(const Problem& p, const DeviceModel& device,
-                             Kernel kernel, int max_rows,
-                             SharedBytes shared_bytes, int64_t sums_room,
-                             PathSet without, Refusals* refused) {
-  constexpr const char* kTooManyRows = "more rows than the grid's threads hold";
-  if (Contains(without, Path::kGridRows)) return Refuse(refused, Path::kGridRows, kLeftOut);
-  if (p.rows > int64_t{max_rows} * kGridWarps) {
-    return Refuse(refused, Path::kGridRows, kTooManyRows);
-  }
-  for (int columns = kWarpSize; columns <= kGridThreads; columns *= 2) {
-    const int rows_per_thread =
-        static_cast<int>(CeilDiv(p.rows, kGridThreads / columns));
-    if (rows_per_thread > max_rows) return Refuse(refused, Path::kGridRows, kTooManyRows);
-    const int64_t blocks = CeilDiv(RowVectors(p), columns);
-    const int bytes = shared_bytes(rows_per_thread);
-    const Shape shape{1, kGridThreads, 1, rows_per_thread};
-    if (blocks > device.Resident(kernel, p.dtype, shape, bytes)) continue;
-    if (sums_room < blocks * p.rows) {
-      return Refuse(refused, Path::kGridRows, "its row sums do not fit the scratch memory");
-    }
-    Plan plan;
-    plan.path = Path::kGridRows;
-    plan.shape = shape;
-    plan.groups = blocks;
-    plan.shared_bytes = bytes;
-    plan.columns = columns;
-    return plan;
-  }
-  return Refuse(refused, Path::kGridRows, "the GPU does not hold x at once");
-}
-
-std::optional<Plan> SharedRow(const Problem& p, const DeviceModel& device,
-                              PathSet without, Refusals* refused) {
-  if (Contains(without, Path::kSharedRow)) return Refuse(refused, Path::kSharedRow, kLeftOut);
-  if (!device.Clusters()) return Refuse(refused, Path::kSharedRow, "the GPU runs no clusters");
-  // Only the long rows it was made for, also where other paths are left out.
-  if (p.row_length <= kSplitRowsAbove) {
-    return Refuse(refused, Path::kSharedRow, "rows of at most 4,096 values");
-  }
-  // The largest cluster, so that the row's parts are small and an SM holds
-  // several.
-  for (int cluster = kMaxCluster; cluster >= 2; cluster /= 2) {
-    const int64_t vectors =
-        CeilDiv(RowVectors(p), int64_t{cluster} * kSharedRowThreads);
-    if (vectors > kMaxSharedRowVectors) break;
-    Plan plan;
-    plan.path = Path::kSharedRow;
-    plan.shape = Shape{cluster, kSharedRowThreads, 1, static_cast<int>(vectors)};
-    plan.shared_bytes = static_cast<int>(vectors * kSharedRowThreads * 16);
-    const int64_t resident = device.Resident(
-        Kernel::kSharedRowForward, p.dtype, plan.shape, plan.shared_bytes);
-    if (resident < 1) continue;
-    plan.groups = std::min(p.rows, resident);
-    return plan;
-  }
-  return Refuse(refused, Path::kSharedRow, "a row does not fit a cluster's shared memory");
-}
-
-// Rows longer than kSplitRowsAbove (shorter ones have no chunk sums).
-std::optional<Plan> SplitRows(const Problem& p, int values_per_thread,
-                              PathSet without, Refusals* refused) {
-  if (Contains(without, Path::kSplitRows)) return Refuse(refused, Path::kSplitRows, kLeftOut);
-  if (p.row_length <= kSplitRowsAbove) {
-    return Refuse(refused, Path::kSplitRows, "rows of at most 4,096 values");
-  }
-  Plan plan;
-  plan.path = Path::kSplitRows;
-  plan.shape = Shape{1, kSplitThreads, 1, values_per_thread / VectorValues(p)};
-  plan.chunks = static_cast<int>(
-      CeilDiv(RowVectors(p), int64_t{kSplitThreads} * plan.shape.vectors));
-  plan.groups = p.rows * plan.chunks;
-  return plan;
-}
-
 // Whether the fast kernels take the problem at all.
 bool Fast(const Problem& p) {
   if (!p.fast_dtypes || p.rows < 1) return false;
@@ -335,18 +252,6 @@ bool Fast(const Problem& p) {
 }
 
 }  // namespace
-
-int GridForwardSharedBytes(int rows_per_thread) {
-  return std::max(1, rows_per_thread - kForwardRegisterRows) * kGridThreads * 16;
-}
-
-// x's and dy's slots, which then hold the weight-gradient sums of the thread
-// groups (a float per element of a 16-byte vector, per thread).
-int GridBackwardSharedBytes(int rows_per_thread, DType dtype) {
-  const int slots = rows_per_thread + std::max(0, rows_per_thread - kDyRegisterRows);
-  return std::max(slots * kGridThreads * 16,
-                  kGridThreads * (16 / ElementBytes(dtype)) * static_cast<int>(sizeof(float)));
-}
 
 // The general kernels' plan, each fast path refused for `why`.
 Plan General(std::initializer_list<Path> paths, const char* why, Refusals* refused) {
@@ -362,62 +267,23 @@ Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
                  Refusals* refused) {
   if (!Fast(p)) {
     return General({Path::kShortRows, Path::kFewRows, Path::kWideRows, Path::kBlockRows,
-                    Path::kRowTeams, Path::kGridRows, Path::kSharedRow, Path::kSplitRows},
-                   kNotFast, refused);
+                    Path::kRowTeams}, kNotFast, refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/true, without, refused)) return *plan;
   if (auto plan = FewRows(p, device, without, refused)) return *plan;
-  if (auto plan = RowTeamsForward(p, device, without,
-                                  /*wide=*/p.rows <= kWideClusterRows, refused)) {
-    return *plan;
-  }
-  if (p.residual || p.float32_weight) {  // the general kernels take the rest
-    return General({Path::kGridRows, Path::kSharedRow, Path::kSplitRows},
-                   p.residual ? kNoResidualKernel : kOneDType, refused);
-  }
-  if (auto plan = GridRows(p, device, Kernel::kGridForward, kMaxGridForwardRows,
-                           GridForwardSharedBytes, p.chunk_sums, without, refused)) {
-    return *plan;
-  }
-  if (auto plan = SharedRow(p, device, without, refused)) return *plan;
-  // Rows that neither the grid kernels nor a cluster's shared memory hold:
-  // clusters of 16 read x once, split rows twice.
-  if (auto plan = RowTeamsForward(p, device, without, /*wide=*/true, refused)) return *plan;
-  if (auto plan = SplitRows(p, kSplitForwardValues, without, refused)) return *plan;
+  if (auto plan = RowTeamsForward(p, device, without, refused)) return *plan;
   return Plan{};
 }
 
 Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without,
                   Refusals* refused) {
   if (!Fast(p) || p.num_partials < 1) {
-    return General({Path::kShortRows, Path::kColumnSlices, Path::kRowTeams, Path::kGridRows,
-                    Path::kSplitRows}, kNotFast, refused);
+    return General({Path::kShortRows, Path::kColumnSlices, Path::kRowTeams}, kNotFast,
+                   refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/false, without, refused)) return *plan;
   if (auto plan = ColumnSlices(p, device, without, refused)) return *plan;
   if (auto plan = RowTeamsBackward(p, device, without, refused)) return *plan;
-  if (p.float32_weight) {
-    return General({Path::kGridRows, Path::kSplitRows}, kOneDType, refused);
-  }
-  const auto backward_bytes = [&](int rows_per_thread) {
-    return GridBackwardSharedBytes(rows_per_thread, p.dtype);
-  };
-  // The grid backward takes only the long rows it was made for (the
-  // forward's need chunk sums, which only such rows have), also where other
-  // paths are left out.
-  if (p.row_length <= kSplitRowsAbove) {
-    Refuse(refused, Path::kGridRows, "rows of at most 4,096 values");
-  } else if (auto plan = GridRows(p, device, Kernel::kGridBackward, kMaxGridRows,
-                                  backward_bytes, p.num_partials * p.row_length,
-                                  without, refused)) {
-    return *plan;
-  }
-  if (auto plan = SplitRows(p, kSplitBackwardValues, without, refused)) {
-    plan->segments = std::min(p.num_partials,
-                              std::max<int64_t>(1, p.rows / kRowsPerSegment));
-    plan->groups = plan->segments * plan->chunks;
-    return *plan;
-  }
   return Plan{};
 }
 
@@ -429,9 +295,6 @@ const char* PathName(Path path) {
     case Path::kWideRows: return "wide_rows";
     case Path::kBlockRows: return "block_rows";
     case Path::kRowTeams: return "row_teams";
-    case Path::kGridRows: return "grid_rows";
-    case Path::kSharedRow: return "shared_row";
-    case Path::kSplitRows: return "split_rows";
     case Path::kGeneral: return "general";
   }
   return "unknown";

@@ -22,24 +22,17 @@
 //                 block): a row a 1024-thread block, two blocks an SM;
 //   kBlockRows    the other rows a block holds: a block takes one or more
 //                 rows, each thread keeping all its loads of them in flight;
-//   kRowTeams     rows over a cluster of up to 8 blocks (Hopper; of 16 for
-//                 up to kWideClusterRows rows), or more rows than a grid
-//                 has blocks: teams streaming rows through shared memory;
-//   kGridRows     rows too long for a cluster, when the whole GPU holds x at
-//                 once: one cooperative kernel (rms_norm_grid_rows.cu);
-//   kSharedRow    the rest of the rows a cluster holds in shared memory
-//                 (Hopper; rms_norm_shared_rows.cu);
-//   kRowTeams     again, in clusters of 16, for the rest of the rows they hold;
-//   kSplitRows    the rest: each row over many blocks, in two passes
-//                 (rms_norm_split_rows.cu);
-//   kGeneral      what the fast kernels do not take (other dtypes, rows not
-//                 of whole 16-byte vectors, unaligned buffers): the general
+//   kRowTeams     rows over a cluster of up to 8 blocks (Hopper), or more
+//                 rows than a grid has blocks: teams streaming rows through
+//                 shared memory;
+//   kGeneral      the rest: other dtypes, rows not of whole 16-byte vectors,
+//                 unaligned buffers, and rows too long for a cluster (longer
+//                 than models have: correct, not tuned), in the general
 //                 kernels (rms_norm_general.cu).
 // backward: kShortRows; kColumnSlices, at most kMaxColumnSliceRows rows
 // (decoding) on GPUs with clusters: one cluster of kColumnSlices blocks,
 // each a slice of the columns of every row (rms_norm_column_slices.cu);
-// kRowTeams (rows a team or cluster holds), kGridRows, kSplitRows and
-// kGeneral, likewise.
+// kRowTeams (rows a team or cluster holds) and kGeneral, likewise.
 // forward with a residual add (Problem::residual): kFewRows and
 // kBlockRows; kGeneral runs the general kernel with the residual add
 // (rms_norm_general.cu).
@@ -60,15 +53,6 @@ constexpr int kWarpSize = 32;
 constexpr int kMaxThreads = 1024;                       // threads in a block
 constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;   // blocks in gridDim.x
 constexpr int kMaxCluster = 8;  // Hopper's portable cluster limit
-// The forward's row teams of rows too long for 8 blocks take clusters of up
-// to Hopper's non-portable limit, which a kernel must ask for
-// (cudaFuncAttributeNonPortableClusterSizeAllowed): where there are at most
-// kWideClusterRows rows, a cluster each, in one wave (an H100 runs 7
-// clusters of 16 at once; from 8 rows on, the grid-rows and shared-row
-// paths, which keep every SM busy, were as fast or faster), and for rows
-// that those paths do not take, which split rows would read twice.
-constexpr int kMaxRowCluster = 16;
-constexpr int64_t kWideClusterRows = 4;
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -94,32 +78,6 @@ constexpr int RowsPerBlock(int vectors, bool residual) {
   const int rows = (residual ? kForwardLoads / 2 : kForwardLoads) / vectors;
   return rows > 1 ? rows : 1;
 }
-
-// Grid rows (rms_norm_grid_rows.cu): blocks of kGridThreads threads.
-constexpr int kGridThreads = 1024;
-constexpr int kGridWarps = kGridThreads / kWarpSize;
-// Forward: rows a thread takes, the first kForwardRegisterRows in registers
-// and the rest in shared memory: up to 13 vectors, 208 KiB a block.
-constexpr int kMaxGridForwardRows = 16;
-constexpr int kForwardRegisterRows = 3;
-// Backward: the vectors of x go to shared memory, and those of dy to
-// registers up to kDyRegisterRows (12 of the 64 registers a thread of a
-// 1024-thread block has; with 4 or more, ptxas spilled in the bfloat16
-// kernel), the rest to shared memory: up to 13 vectors, 208 KiB a block.
-constexpr int kMaxGridRows = 8;
-constexpr int kDyRegisterRows = 3;
-
-// Shared rows (rms_norm_shared_rows.cu).
-constexpr int kSharedRowThreads = 512;
-// 16-byte vectors a thread holds in shared memory: up to 64 KiB a block, so
-// that an SM holds several blocks and one block's loads overlap another's
-// sums and stores.
-constexpr int kMaxSharedRowVectors = 8;
-
-// Split rows (rms_norm_split_rows.cu): the backward's segments (rows whose
-// weight gradient a block adds up) hold at least this many rows, so that
-// writing and adding up the partial sums stays small beside the rows.
-constexpr int64_t kRowsPerSegment = 8;
 
 // Short rows (rms_norm_short_rows.cu): blocks of kShortRowsThreads threads,
 // a row to a group of lanes of a warp, kShortRowLaneValues values a lane.
@@ -159,9 +117,6 @@ enum class Kernel {
   kFewRowsForward,    // FastForwardKernel<T, 1, 1>
   kRowTeamsForward,   // ClusterForwardKernel<T, vectors, cluster > 1>
   kRowTeamsBackward,  // FastBackwardKernel<T, vectors, cluster > 1>
-  kGridForward,       // GridForwardKernel<T>
-  kGridBackward,      // GridBackwardKernel<T>
-  kSharedRowForward,  // SharedRowForwardKernel<T>
   kShortRowsBackward,  // ShortRowsBackwardKernel<T, W, lanes>
   kColumnSlices,       // ColumnSlicesBackwardKernel<T, rows>
 };
@@ -190,7 +145,6 @@ struct Problem {
   // kernels take them.
   bool fast_dtypes;
   DType dtype;  // x's
-  int64_t chunk_sums;    // floats of the chunk_sums scratch (cuda_scratch.h)
   int64_t num_partials;  // rows of the weight-gradient scratch (backward)
   // The forward adds a residual to x first: only kFewRows and kBlockRows
   // have kernels for it, and kGeneral's residual kernel takes the other
@@ -208,9 +162,6 @@ enum class Path {
   kWideRows,
   kBlockRows,
   kRowTeams,
-  kGridRows,
-  kSharedRow,
-  kSplitRows,
   kGeneral,
 };
 
@@ -219,19 +170,14 @@ enum class Path {
 // shape.teams rows a block at once, `rows_per_group` rows a block in one go
 // (the backward's blocks go on to the rows a grid's width further). Block
 // rows: `rows_per_group` rows a block. Column slices: `rows_per_group`
-// rows. Grid rows: `columns` vector columns a block, shape.vectors rows a
-// thread. Split rows: `chunks` blocks a row, and in the backward `segments`
-// row segments. Row teams backward: each group adds up the weight gradient
-// of `rows_per_group` rows. (kernel_plans.kernel_plan names these by what
+// rows. Row teams backward: each group adds up the weight gradient of
+// `rows_per_group` rows. (kernel_plans.kernel_plan names these by what
 // they are for each path: module.cc's PlanDict.)
 struct Plan {
   Path path = Path::kGeneral;
   Shape shape = {1, 0, 1, 0};
   int64_t groups = 0;
   int shared_bytes = 0;
-  int columns = 0;
-  int chunks = 0;
-  int64_t segments = 0;
   int64_t rows_per_group = 0;
 };
 
@@ -275,10 +221,6 @@ std::string LeavablePathNames();
 void LeaveOutOfPlans(PathSet paths, bool clusters);
 PathSet PathsLeftOutOfPlans();
 bool ClustersLeftOutOfPlans();
-
-// Shared memory of a grid-rows block whose threads take rows_per_thread rows.
-int GridForwardSharedBytes(int rows_per_thread);
-int GridBackwardSharedBytes(int rows_per_thread, DType dtype);
 
 }  // namespace gpu_ops
 
