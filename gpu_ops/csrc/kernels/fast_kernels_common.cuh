@@ -51,8 +51,9 @@ using PackBeside = Pack<W, Pack<T>::kSize>;
 // mask, exact). Read as a 16-bit value, ptxas gives each of a vector's eight
 // values a 32-bit register of its own, and the forward's registers, which
 // decide how many blocks an SM holds, nearly double. The forward kernels read
-// values this way, and so does the backward of rows that take a cluster (ElementOf<true>);
-// the other backward kernels read 16-bit values, which ran faster for them.
+// values this way, and so does the backward of rows that take a cluster
+// (ElementOf<true>); the other backward kernels read 16-bit values, which ran
+// faster for them.
 template <typename T, int kValues>
 __device__ __forceinline__ float Element(const Pack<T, kValues>& p, int e) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
