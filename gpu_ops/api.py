@@ -55,9 +55,11 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, implementation="primitives")
     Args:
       x: array of float16, bfloat16, float32 or float64.
       weight: array of one of those dtypes whose shape equals the trailing
-        shape of ``x``. It may differ from x's dtype; on a GPU such a pair
-        runs the general CUDA kernels, slower than the fast ones that take
-        one dtype (for rows of tens of thousands of values, far slower).
+        shape of ``x``. It may differ from x's dtype: on a GPU, float16 or
+        bfloat16 x with a float32 weight runs the fast CUDA kernels on the
+        rows of models (up to 16,384 values), as one dtype does; other
+        pairs, float64 and rows too long for the fast kernels run the
+        general ones, slower.
       eps: finite number >= 0 added to the mean square.
       residual: None, or an array of x's shape and dtype added to x first.
       implementation: "primitives" (explicit JAX primitives with their rules)

@@ -109,8 +109,8 @@ std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool 
   while (lanes * kShortRowLaneValues < p.row_length) lanes *= 2;
   Plan plan;
   plan.path = Path::kShortRows;
-  plan.shape = Shape{1, lanes, kShortRowsThreads / lanes,
-                     kShortRowLaneValues * ElementBytes(p.dtype) / 16};
+  // (a lane's values are kShortRowLaneValues, not whole vectors: vectors 1)
+  plan.shape = Shape{1, lanes, kShortRowsThreads / lanes, 1};
   plan.rows_per_group =
       int64_t{plan.shape.teams} * (forward ? kShortRowsForwardRows : kShortRowsBackwardRows);
   plan.groups = CeilDiv(p.rows, plan.rows_per_group);
