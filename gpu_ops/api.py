@@ -7,28 +7,37 @@ import jax.numpy as jnp
 from gpu_ops import batching, hijax_route, lowering, sharding  # noqa: F401
 from gpu_ops import autodiff
 from gpu_ops.sharding import over_explicit_axes, vary_alike
-from gpu_ops.validation import (check_implementation, check_pallas_gpus, check_residual,
-                                check_rms_norm_args)
+from gpu_ops.validation import (check_implementation, check_out_dtype, check_pallas_gpus,
+                                check_residual, check_rms_norm_args)
 
 
-def _with_pallas_kernels(x, weight, eps):
+def _with_ffi_kernels(x, weight, eps, out_dtype=None):
+    return autodiff.rms_norm(x, weight, eps, "ffi", out_dtype)
+
+
+def _with_pallas_kernels(x, weight, eps, out_dtype=None):
     check_pallas_gpus()
-    return autodiff.rms_norm(x, weight, eps, "pallas")
+    return autodiff.rms_norm(x, weight, eps, "pallas", out_dtype)
 
 
-def _residual_with_pallas_kernels(x, weight, residual, eps):
+def _residual_with_ffi_kernels(x, weight, residual, eps, out_dtype=None):
+    return autodiff.rms_norm_residual(x, weight, residual, eps, "ffi", out_dtype)
+
+
+def _residual_with_pallas_kernels(x, weight, residual, eps, out_dtype=None):
     check_pallas_gpus()
-    return autodiff.rms_norm_residual(x, weight, residual, eps, "pallas")
+    return autodiff.rms_norm_residual(x, weight, residual, eps, "pallas", out_dtype)
 
 
-def _residual_before_hijax(x, weight, residual, eps):
+def _residual_before_hijax(x, weight, residual, eps, out_dtype=None):
     total = x + residual
-    return hijax_route.rms_norm(total, weight, eps), total
+    return hijax_route.rms_norm(total, weight, eps, out_dtype), total
 
 
-#: The ways the operation is defined, by name (chapter 11 compares them).
+#: The ways the operation is defined, by name (chapter 11 compares them):
+#: each a function of (x, weight, eps, out_dtype=None).
 IMPLEMENTATIONS = {
-    "primitives": autodiff.rms_norm,  # explicit primitives with their rules
+    "primitives": _with_ffi_kernels,  # explicit primitives with their rules
     "hijax": hijax_route.rms_norm,  # one jax.experimental.hijax class
     "pallas": _with_pallas_kernels,  # the primitives, lowered to Pallas kernels
 }
@@ -36,13 +45,14 @@ IMPLEMENTATIONS = {
 #: the Pallas kernels normalise the sum XLA adds up, and the HiJAX class
 #: takes it as its x.
 WITH_RESIDUAL = {
-    "primitives": autodiff.rms_norm_residual,
+    "primitives": _residual_with_ffi_kernels,
     "hijax": _residual_before_hijax,
     "pallas": _residual_with_pallas_kernels,
 }
 
 
-def rms_norm(x, weight, eps=1e-5, *, residual=None, implementation="primitives"):
+def rms_norm(x, weight, eps=1e-5, *, residual=None, out_dtype=None,
+             implementation="primitives"):
     """RMS-normalise ``x`` over its trailing ``weight.ndim`` axes and scale by ``weight``.
 
     ``y = x / sqrt(mean(x**2 over those axes) + eps) * weight``
@@ -62,6 +72,11 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, implementation="primitives")
         general ones, slower.
       eps: finite number >= 0 added to the mean square.
       residual: None, or an array of x's shape and dtype added to x first.
+      out_dtype: y's dtype: None or the weight's dtype (the default), or x's.
+        A model that keeps a float32 weight for bfloat16 activations takes
+        y back in bfloat16 for its next matmul: with ``out_dtype=x.dtype``
+        the kernel writes it so, computed in float32 and rounded once, where
+        converting the float32 y would take a second pass.
       implementation: "primitives" (explicit JAX primitives with their rules)
         or "hijax" (one ``jax.experimental.hijax`` class), which call the
         same C++ and CUDA kernels; or "pallas", the explicit primitives with
@@ -71,8 +86,8 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, implementation="primitives")
         with a symbolic dimension of x raises NotImplementedError.
 
     Returns:
-      An array of ``x``'s shape and ``weight``'s dtype (with a residual, that
-      and ``x + residual``, of x's shape and dtype). Works under ``jit``,
+      An array of ``x``'s shape and ``out_dtype`` (with a residual, that and
+      ``x + residual``, of x's shape and dtype). Works under ``jit``,
       ``grad`` and forward mode (``jvp``, ``jacfwd``, ``linearize``),
       ``vmap``, with inputs sharded over automatic or explicit mesh
       axes, and inside ``shard_map``; the CUDA kernels run on NVIDIA GPUs and
@@ -80,8 +95,9 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, implementation="primitives")
     """
     operands, eps, name = checked_operands(x, weight, eps, residual, implementation,
                                            IMPLEMENTATIONS, "rms_norm")
+    out_dtype = check_out_dtype(out_dtype, *operands[:2], "rms_norm")
     defined = IMPLEMENTATIONS[name] if residual is None else WITH_RESIDUAL[name]
-    return on_their_devices(defined, operands, eps)
+    return on_their_devices(defined, operands, eps, out_dtype)
 
 
 def checked_operands(x, weight, eps, residual, implementation, known, function):
@@ -96,10 +112,11 @@ def checked_operands(x, weight, eps, residual, implementation, known, function):
     return (x, weight, check_residual(x, residual, function)), eps, name
 
 
-def on_their_devices(defined, operands, eps):
-    """defined(*operands, eps), per device where the operands' types shard
-    them, each varying along the mesh axes the others vary along."""
+def on_their_devices(defined, operands, *static):
+    """defined(*operands, *static) (eps, and for rms_norm out_dtype), per
+    device where the operands' types shard them, each varying along the mesh
+    axes the others vary along."""
     def on_its_devices(*operands):
-        return defined(*vary_alike(*operands), eps)
+        return defined(*vary_alike(*operands), *static)
     return over_explicit_axes(on_its_devices, *operands)
 

@@ -9,8 +9,9 @@ weight. Forward mode evaluates that primitive (its lowering is the tangent's
 maths in jnp). Reverse mode linearises the rule and transposes the linear
 part, and the primitive's transpose is the backward kernel: ``grad`` still
 runs the forward kernel, keeps ``inv_rms``, x and the weight, and runs the
-backward kernel, as a custom VJP would. ``eps`` and ``kernels`` (the kernels
-the primitives lower to) are static, non-differentiable arguments.
+backward kernel, as a custom VJP would. ``eps``, ``kernels`` (the kernels
+the primitives lower to) and ``out_dtype`` (y's dtype, None for the
+weight's) are static, non-differentiable arguments.
 
 With a residual add, ``(y, total) = (norm(x + residual) * weight, x +
 residual)``: total's tangent is dx + dresidual, the norm's input tangent,
@@ -41,10 +42,10 @@ from gpu_ops.primitives import (rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
                                 rms_norm_tangent_p, rms_norm_through_fp8_input_fwd_p)
 
 
-def tangent(x, weight, inv_rms, dx, dweight, eps, kernels="ffi"):
+def tangent(x, weight, inv_rms, dx, dweight, eps, kernels="ffi", out_dtype=None):
     """y's tangent, for the tangents dx and dweight of x and the weight."""
     return rms_norm_tangent_p.bind(x, weight, inv_rms, dx, dweight, eps=eps,
-                                   kernels=kernels)[0]
+                                   kernels=kernels, out_dtype=out_dtype)[0]
 
 
 def _input_tangent(tangents):
@@ -53,28 +54,28 @@ def _input_tangent(tangents):
     return dx + dresidual[0] if dresidual else dx
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def rms_norm(x, weight, eps, kernels="ffi"):
-    return higher_order.forward(x, weight, eps, kernels)[0]
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+def rms_norm(x, weight, eps, kernels="ffi", out_dtype=None):
+    return higher_order.forward(x, weight, eps, kernels, out_dtype)[0]
 
 
 @rms_norm.defjvp
-def _rms_norm_jvp(eps, kernels, primals, tangents):
-    y, inv_rms = higher_order.forward(*primals, eps, kernels)
-    return y, tangent(*primals, inv_rms, *tangents, eps, kernels)
+def _rms_norm_jvp(eps, kernels, out_dtype, primals, tangents):
+    y, inv_rms = higher_order.forward(*primals, eps, kernels, out_dtype)
+    return y, tangent(*primals, inv_rms, *tangents, eps, kernels, out_dtype)
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(3, 4))
-def rms_norm_residual(x, weight, residual, eps, kernels="ffi"):
-    y, _, total = higher_order.residual_forward(x, weight, residual, eps, kernels)
+@partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
+def rms_norm_residual(x, weight, residual, eps, kernels="ffi", out_dtype=None):
+    y, _, total = higher_order.residual_forward(x, weight, residual, eps, kernels, out_dtype)
     return y, total
 
 
 @rms_norm_residual.defjvp
-def _rms_norm_residual_jvp(eps, kernels, primals, tangents):
-    y, inv_rms, total = higher_order.residual_forward(*primals, eps, kernels)
+def _rms_norm_residual_jvp(eps, kernels, out_dtype, primals, tangents):
+    y, inv_rms, total = higher_order.residual_forward(*primals, eps, kernels, out_dtype)
     dtotal = _input_tangent(tangents)
-    dy = tangent(total, primals[1], inv_rms, dtotal, tangents[1], eps, kernels)
+    dy = tangent(total, primals[1], inv_rms, dtotal, tangents[1], eps, kernels, out_dtype)
     return (y, total), (dy, dtotal)
 
 
@@ -170,7 +171,9 @@ def _linear_operands(*operands):
     return [ad.is_undefined_primal(a) for a in operands]
 
 
-def _tangent_transpose(cotangents, x, weight, inv_rms, dx, dweight, *, eps, kernels):
+def _tangent_transpose(cotangents, x, weight, inv_rms, dx, dweight, *, eps, kernels,
+                       out_dtype):
+    del out_dtype  # (the cotangent's dtype)
     assert _linear_operands(x, weight, inv_rms) == [False] * 3
     dy = ad.instantiate_zeros(cotangents[0])
     ct_x, ct_weight = higher_order.backward(dy, inv_rms, x, weight, eps, kernels)
@@ -199,7 +202,8 @@ def _tangent_jvp(primitive, in_jnp):
     primitive, its tangent from the same maths in jnp."""
     def jvp(primals, tangents, **params):
         tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
-        _, out_tangent = jax.jvp(in_jnp, tuple(primals), tangents)
+        _, out_tangent = jax.jvp(partial(in_jnp, out_dtype=params.get("out_dtype")),
+                                 tuple(primals), tangents)
         return primitive.bind(*primals, **params), [out_tangent]
     return jvp
 

@@ -27,20 +27,21 @@ def _per_row(inv_rms, weight):
     return inv_rms.reshape(inv_rms.shape + (1,) * weight.ndim)
 
 
-def forward_in_jnp(x, weight, eps):
-    """(y, inv_rms) as the forward custom call computes them."""
+def forward_in_jnp(x, weight, eps, out_dtype=None):
+    """(y, inv_rms) as the forward custom call computes them, y in out_dtype
+    (None: the weight's)."""
     accumulator = inv_rms_dtype(x.dtype)
     x32 = x.astype(accumulator)
     inv_rms = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=_normalised_axes(x, weight)) + eps)
     y = weight.astype(accumulator) * (x32 * _per_row(inv_rms, weight))
-    return y.astype(weight.dtype), inv_rms
+    return y.astype(out_dtype or weight.dtype), inv_rms
 
 
-def residual_forward_in_jnp(x, weight, residual, eps):
+def residual_forward_in_jnp(x, weight, residual, eps, out_dtype=None):
     """(y, inv_rms, x + residual) as the forward custom call with a residual
     computes them: the norm of x + residual, rounded to x's dtype."""
     total = x + residual
-    return (*forward_in_jnp(total, weight, eps), total)
+    return (*forward_in_jnp(total, weight, eps, out_dtype), total)
 
 
 def backward_in_jnp(dy, inv_rms, x, weight, eps):
@@ -56,11 +57,11 @@ def backward_in_jnp(dy, inv_rms, x, weight, eps):
     return dx.astype(x.dtype), dweight.astype(weight.dtype)
 
 
-def tangent_in_jnp(x, weight, inv_rms, dx, dweight):
+def tangent_in_jnp(x, weight, inv_rms, dx, dweight, out_dtype=None):
     """y's tangent for the tangents dx and dweight, as the tangent primitive
-    computes it (linear in them): with r = inv_rms, y = weight * x * r and
-    dr = -r**3 * mean(x * dx), dy = weight * r * (dx - x * r**2 * mean(x *
-    dx)) + dweight * x * r."""
+    computes it (linear in them), in y's dtype: with r = inv_rms, y = weight
+    * x * r and dr = -r**3 * mean(x * dx), dy = weight * r * (dx - x * r**2 *
+    mean(x * dx)) + dweight * x * r."""
     accumulator = inv_rms_dtype(x.dtype)
     axes = _normalised_axes(x, weight)
     x32, inv = x.astype(accumulator), _per_row(inv_rms, weight)
@@ -68,24 +69,27 @@ def tangent_in_jnp(x, weight, inv_rms, dx, dweight):
     mean_x_dx = jnp.mean(x32 * dx32, axis=axes, keepdims=True)
     dy = (weight.astype(accumulator) * inv * (dx32 - x32 * inv * inv * mean_x_dx)
           + dweight.astype(accumulator) * x32 * inv)
-    return dy.astype(weight.dtype)
+    return dy.astype(out_dtype or weight.dtype)
 
 
-def from_fp8_tangent_in_jnp(values, weight, scales, inv_rms, dx, dweight):
+def from_fp8_tangent_in_jnp(values, weight, scales, inv_rms, dx, dweight, out_dtype=None):
     """The same for x given as float8 values and their scales."""
-    return tangent_in_jnp(float8.dequantize(values, scales), weight, inv_rms, dx, dweight)
+    return tangent_in_jnp(float8.dequantize(values, scales), weight, inv_rms, dx, dweight,
+                          out_dtype)
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def forward(x, weight, eps, kernels="ffi"):
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+def forward(x, weight, eps, kernels="ffi", out_dtype=None):
     """(y, inv_rms) from the forward custom call (or Pallas kernel)."""
-    return tuple(rms_norm_fwd_p.bind(x, weight, eps=eps, kernels=kernels))
+    return tuple(rms_norm_fwd_p.bind(x, weight, eps=eps, kernels=kernels,
+                                     out_dtype=out_dtype))
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(3, 4))
-def residual_forward(x, weight, residual, eps, kernels="ffi"):
+@partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
+def residual_forward(x, weight, residual, eps, kernels="ffi", out_dtype=None):
     """(y, inv_rms, x + residual) from the forward custom call with a residual."""
-    return tuple(rms_norm_fwd_p.bind(x, weight, residual, eps=eps, kernels=kernels))
+    return tuple(rms_norm_fwd_p.bind(x, weight, residual, eps=eps, kernels=kernels,
+                                     out_dtype=out_dtype))
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(4, 5))
@@ -95,9 +99,14 @@ def backward(dy, inv_rms, x, weight, eps, kernels="ffi"):
 
 
 def _jvp_rule(call, in_jnp):
-    def jvp(eps, kernels, primals, tangents):
-        _, output_tangents = jax.jvp(lambda *args: in_jnp(*args, eps), primals, tangents)
-        return call(*primals, eps, kernels), output_tangents
+    """The JVP rule of `call`, whose arguments after the operands are eps,
+    kernels and (for the forwards) out_dtype: its value from the call, its
+    tangent from `in_jnp`, which takes the same but kernels."""
+    def jvp(eps, kernels, *rest):
+        *static, primals, tangents = rest
+        _, output_tangents = jax.jvp(lambda *args: in_jnp(*args, eps, *static), primals,
+                                     tangents)
+        return call(*primals, eps, kernels, *static), output_tangents
     return jvp
 
 

@@ -20,27 +20,28 @@ from gpu_ops import autodiff, higher_order
 class RmsNorm(hijax.HiPrim):
     """y = x / sqrt(mean(x**2 over weight's axes) + eps) * weight."""
 
-    def __init__(self, x_type, weight_type, *, eps):
+    def __init__(self, x_type, weight_type, *, eps, out_dtype):
         self.in_avals = (x_type, weight_type)
-        # y is typed like x (its mesh axes too), in the weight's dtype.
-        self.out_aval = x_type.update(dtype=weight_type.dtype, weak_type=False)
-        self.params = dict(eps=eps)
+        # y is typed like x (its mesh axes too), in out_dtype (None: the weight's).
+        self.out_aval = x_type.update(dtype=out_dtype or weight_type.dtype, weak_type=False)
+        self.params = dict(eps=eps, out_dtype=out_dtype)
         super().__init__()
 
     def expand(self, x, weight):
-        return higher_order.forward(x, weight, self.eps)[0]
+        return higher_order.forward(x, weight, self.eps, "ffi", self.out_dtype)[0]
 
     def jvp(self, primals, tangents):
-        y, inv_rms = higher_order.forward(*primals, self.eps)
+        y, inv_rms = higher_order.forward(*primals, self.eps, "ffi", self.out_dtype)
         dx, dweight = (ad.instantiate_zeros(t) for t in tangents)
-        return y, autodiff.tangent(*primals, inv_rms, dx, dweight, self.eps)
+        return y, autodiff.tangent(*primals, inv_rms, dx, dweight, self.eps, "ffi",
+                                   self.out_dtype)
 
     # jax.linearize: the JVP's tangent, evaluated later
     lin, linearized = hijax.linearize_from_jvp
 
     def vjp_fwd(self, nonzero_tangents, x, weight):
         del nonzero_tangents
-        y, inv_rms = higher_order.forward(x, weight, self.eps)
+        y, inv_rms = higher_order.forward(x, weight, self.eps, "ffi", self.out_dtype)
         return y, (inv_rms, x, weight)
 
     def vjp_bwd_retval(self, residuals, dy):
@@ -51,7 +52,7 @@ class RmsNorm(hijax.HiPrim):
         x, weight = args
         x_dim, weight_dim = dims
         if weight_dim is None:  # a batch of x is more rows
-            return rms_norm(jnp.moveaxis(x, x_dim, 0), weight, self.eps), 0
+            return rms_norm(jnp.moveaxis(x, x_dim, 0), weight, self.eps, self.out_dtype), 0
         # Each example has its own weight: vmap the expansion, whose forward
         # primitive runs once per example (batching.py). Plain jax.vmap, not
         # hijax.vmap_rule, which JAX 0.11 lacks: the arguments of a forward
@@ -62,6 +63,6 @@ class RmsNorm(hijax.HiPrim):
                         or axis_data.explicit_mesh_axis)(x, weight), 0
 
 
-def rms_norm(x, weight, eps):
+def rms_norm(x, weight, eps, out_dtype=None):
     """The operation through the HiJAX primitive (arguments already checked)."""
-    return RmsNorm(jax.typeof(x), jax.typeof(weight), eps=eps)(x, weight)
+    return RmsNorm(jax.typeof(x), jax.typeof(weight), eps=eps, out_dtype=out_dtype)(x, weight)

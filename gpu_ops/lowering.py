@@ -109,23 +109,25 @@ def _on_plain_types(rule):
     return lowering
 
 
-def _pallas_forward(x, weight, *residual, eps, on_cpu):
+def _pallas_forward(x, weight, *residual, eps, on_cpu, out_dtype=None):
     """The Pallas forward; with a residual, of x + residual (added by XLA, not
-    in the kernel), returned after y and inv_rms as the primitive's third result."""
-    if not residual:
-        return pallas_kernels.forward(x, weight, eps=eps, on_cpu=on_cpu)
-    total = x + residual[0]
-    return (*pallas_kernels.forward(total, weight, eps=eps, on_cpu=on_cpu), total)
+    in the kernel), returned after y and inv_rms as the primitive's third
+    result. y in out_dtype: the kernel's, in the weight's dtype, converted by
+    XLA."""
+    total = x + residual[0] if residual else x
+    y, inv_rms = pallas_kernels.forward(total, weight, eps=eps, on_cpu=on_cpu)
+    return (y.astype(out_dtype or weight.dtype), inv_rms, *([total] if residual else []))
 
 
 def _by_kernels(ffi_rule, pallas_function, platform):
     """The rule for the primitive's `kernels`: the FFI call's, or the Pallas kernels'."""
     pallas_rule = _on_plain_types(mlir.lower_fun(
         partial(pallas_function, on_cpu=platform == "cpu"), multiple_results=True))
-    rules = {"ffi": ffi_rule, "pallas": pallas_rule}
-
-    def lowering(ctx, *operands, eps, kernels="ffi"):
-        return rules[kernels](ctx, *operands, eps=eps)
+    def lowering(ctx, *operands, eps, kernels="ffi", **params):
+        # (the FFI call takes y's dtype, out_dtype, from the result's type)
+        if kernels == "ffi":
+            return ffi_rule(ctx, *operands, eps=eps)
+        return pallas_rule(ctx, *operands, eps=eps, **params)
     return lowering
 
 
@@ -169,11 +171,11 @@ mlir.register_lowering(rms_norm_through_fp8_input_fwd_shard_p, _on_plain_types(
 
 
 def _in_jnp(function):
-    """A lowering rule computing `function` of the operands with jnp, which XLA
-    fuses and partitions as it does any jnp code."""
+    """A lowering rule computing `function` of the operands, and of y's dtype
+    (out_dtype, where the primitive has it), with jnp, which XLA fuses and
+    partitions as it does any jnp code."""
     def computed(*operands, **params):
-        del params
-        return [function(*operands)]
+        return [function(*operands, out_dtype=params.get("out_dtype"))]
     return mlir.lower_fun(computed, multiple_results=True)
 
 

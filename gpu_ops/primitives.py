@@ -16,10 +16,12 @@ Both pairs have the same shapes and dtypes:
   and normalised in one pass)
 - backward: ``(dy, inv_rms, x, weight) -> (dx, dweight)``
 
-and the same parameters: ``eps``, and ``kernels``, which says what the
+and the same parameters: ``eps``; ``kernels``, which says what the
 per-shard primitives lower to: ``"ffi"`` (the C++ and CUDA kernels behind
-XLA's FFI) or ``"pallas"`` (the Pallas kernels of ``pallas_kernels.py``).
-Every other rule (VJP, vmap, partitioning) is the same for both.
+XLA's FFI) or ``"pallas"`` (the Pallas kernels of ``pallas_kernels.py``);
+and, of the forward, ``out_dtype``: y's dtype, None for the weight's or x's
+(a float32 weight of bfloat16 x, y in bfloat16, as a model's next matmul
+takes it). Every other rule (VJP, vmap, partitioning) is the same for all.
 
 ``DESCRIPTIONS`` says of every primitive what its operands and results are
 (rows, normalised axes, a value per row or per group of a row, the weight
@@ -27,8 +29,8 @@ gradient; of x's dtype, the weight's, ...), from which its abstract
 evaluation, its partitioning and its vmap rule follow.
 
 where ``weight`` covers the trailing ``weight.ndim`` axes of ``x``, ``y`` and
-``dy`` have weight's dtype, and ``inv_rms`` has x's leading shape and is
-float32 unless x is float64.
+``dy`` have the weight's dtype unless ``out_dtype`` gives x's, and
+``inv_rms`` has x's leading shape and is float32 unless x is float64.
 """
 
 import dataclasses
@@ -68,9 +70,8 @@ def _like(aval, shape, dtype):
 def _abstract_eval(primitive, *operands, **params):
     """The results' types, from the primitive's description (a per-shard
     primitive's is its partitioned one's)."""
-    del params
     description = DESCRIPTIONS.get(primitive) or DESCRIPTIONS[_PARTITIONED[primitive]]
-    return description.layouts[len(operands)].abstract_eval(operands)
+    return description.layouts[len(operands)].abstract_eval(operands, params)
 
 
 def _primitive(name, impl=None):
@@ -123,8 +124,8 @@ rms_norm_through_fp8_input_fwd_p, rms_norm_through_fp8_input_fwd_shard_p = _part
     "rms_norm_through_fp8_input_fwd")
 
 #: y's tangent, linear in the tangents of x and the weight (autodiff.py):
-#: ``(x, weight, inv_rms, dx, dweight) -> (dy,)``, dy in the weight's dtype,
-#: with the forward's parameters. Its transpose runs the backward.
+#: ``(x, weight, inv_rms, dx, dweight) -> (dy,)``, dy in y's dtype, with the
+#: forward's parameters. Its transpose runs the backward.
 rms_norm_tangent_p = _primitive("rms_norm_tangent")
 #: The same for a float8 input, given as its values and scales:
 #: ``(values, weight, scales, inv_rms, dx, dweight) -> (dy,)``, dx float32.
@@ -152,9 +153,10 @@ class Layout:
     - ``"dn"``: the weight's gradient, a sum over every row.
 
     and of what dtype (`operand_dtypes`, `result_dtypes`): ``"x"`` (the dtype
-    of operand `x`), ``"weight"`` (of the first operand of kind "n"),
-    ``"inv_rms"`` (inv_rms_dtype of x's), ``"float8"``, ``"float32"``, or
-    None (an operand of any dtype).
+    of operand `x`), ``"weight"`` (of the first operand of kind "n"), ``"y"``
+    (the parameter ``out_dtype``, else the weight's), ``"inv_rms"``
+    (inv_rms_dtype of x's), ``"float8"``, ``"float32"``; for an operand, a
+    tuple of those (any of them), or None (any dtype).
 
     `x` is the operand of kind "x" whose shape and sharding the rows keep;
     `residual`, whether a residual operand is added to x (the third), which
@@ -168,19 +170,22 @@ class Layout:
     x: int = 0
     residual: bool = False
 
-    def abstract_eval(self, operands):
+    def abstract_eval(self, operands, params):
         """The results' types, of shapes and dtypes that follow from the
-        operands' (asserted to fit the layout)."""
+        operands' and the parameters' (the operands asserted to fit the
+        layout)."""
         x, weight = operands[self.x], operands[self.operands.index("n")]
         leading = leading_shape(x, weight)
         shapes = {"x": x.shape, "n": weight.shape, "dn": weight.shape, "rows": leading,
                   "groups": (*leading, weight.shape[-1] // FLOAT8_GROUP)}
         dtypes = {"x": x.dtype, "weight": weight.dtype, "inv_rms": inv_rms_dtype(x.dtype),
-                  **_FIXED_DTYPES}
+                  "y": params.get("out_dtype") or weight.dtype, **_FIXED_DTYPES}
         for operand, kind, dtype in zip(operands, self.operands, self.operand_dtypes,
                                         strict=True):
             assert operand.shape == shapes[kind], (kind, operands)
-            assert dtype is None or operand.dtype == dtypes[dtype], (dtype, operands)
+            allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+            assert dtype is None or operand.dtype in [dtypes[d] for d in allowed], (
+                dtype, operands)
         return tuple(_like(weight if kind == "dn" else x, shapes[kind], dtypes[dtype])
                      for kind, dtype in zip(self.results, self.result_dtypes, strict=True))
 
@@ -188,29 +193,27 @@ class Layout:
 @dataclasses.dataclass(frozen=True)
 class Description:
     """A primitive: its layouts by number of operands (a residual operand is
-    one more), the per-shard primitive that custom partitioning splits it
-    into (None: not partitioned), and whether its lowering takes the
-    ``kernels`` parameter (the FFI's kernels or the Pallas ones)."""
+    one more), and the per-shard primitive that custom partitioning splits it
+    into (None: not partitioned)."""
 
     layouts: dict
     shard: Primitive | None = None
-    kernels: bool = False
 
 
 # Layout(kinds of the operands, of the results, dtypes of the operands, of
 # the results)
-_FORWARD = Layout(("x", "n"), ("x", "rows"), ("x", "weight"), ("weight", "inv_rms"))
+_FORWARD = Layout(("x", "n"), ("x", "rows"), ("x", "weight"), ("y", "inv_rms"))
 _RESIDUAL_FORWARD = Layout(("x", "n", "x"), ("x", "rows", "x"), ("x", "weight", "x"),
-                           ("weight", "inv_rms", "x"), residual=True)
-_BACKWARD = Layout(("x", "rows", "x", "n"), ("x", "dn"), ("weight", "inv_rms", "x", "weight"),
+                           ("y", "inv_rms", "x"), residual=True)
+_BACKWARD = Layout(("x", "rows", "x", "n"), ("x", "dn"),
+                   (("weight", "x"), "inv_rms", "x", "weight"),  # dy: y's dtype, either
                    ("x", "weight"), x=2)
 _FP8_RESULTS = ("float8", "inv_rms", "float32")
 
 #: Every primitive's description.
 DESCRIPTIONS = {
-    rms_norm_fwd_p: Description({2: _FORWARD, 3: _RESIDUAL_FORWARD}, rms_norm_fwd_shard_p,
-                                kernels=True),
-    rms_norm_bwd_p: Description({4: _BACKWARD}, rms_norm_bwd_shard_p, kernels=True),
+    rms_norm_fwd_p: Description({2: _FORWARD, 3: _RESIDUAL_FORWARD}, rms_norm_fwd_shard_p),
+    rms_norm_bwd_p: Description({4: _BACKWARD}, rms_norm_bwd_shard_p),
     rms_norm_fp8_fwd_p: Description(
         {2: Layout(("x", "n"), ("x", "rows", "groups"), ("x", "weight"), _FP8_RESULTS),
          3: Layout(("x", "n", "x"), ("x", "rows", "groups", "x"), ("x", "weight", "x"),
@@ -239,7 +242,7 @@ DESCRIPTIONS = {
     # tangent has)
     rms_norm_tangent_p: Description(
         {5: Layout(("x", "n", "rows", "x", "n"), ("x",),
-                   ("x", "weight", "inv_rms", None, None), ("weight",))}),
+                   ("x", "weight", "inv_rms", None, None), ("y",))}),
     rms_norm_from_fp8_tangent_p: Description(
         {6: Layout(("x", "n", "groups", "rows", "x", "n"), ("x",),
                    ("float8", "weight", "float32", "float32", None, None), ("weight",))}),

@@ -37,8 +37,8 @@ def _sharding_rule(layout):
     """The Shardy rule of a primitive of `layout` (primitives.Layout): rows
     (b0 b1 ...) keep their sharding; the normalised axes (n0 ...), and the
     groups of a row (g), are replicated."""
-    def rule(eps, kernels, mesh, operand_types, result_types):
-        del eps, kernels, mesh, result_types
+    def rule(eps, params, mesh, operand_types, result_types):
+        del eps, params, mesh, result_types
         weight_rank = len(operand_types[layout.operands.index("n")].shape)
         rank = len(operand_types[layout.x].shape)
         rows = " ".join(f"b{i}" for i in range(rank - weight_rank))
@@ -108,7 +108,7 @@ def _partition(layout, per_shard):
     """The partition function of a primitive of `layout`: each device runs
     `per_shard` on its rows, with the normalised axes whole, and the weight
     gradient is summed over the devices that hold different rows."""
-    def partition(eps, kernels, mesh, arg_infos, result_infos):
+    def partition(eps, params, mesh, arg_infos, result_infos):
         del result_infos
         x_info = arg_infos[layout.x]
         weight_rank = len(arg_infos[layout.operands.index("n")].shape)
@@ -118,7 +118,7 @@ def _partition(layout, per_shard):
         accumulator = inv_rms_dtype(x_info.dtype)
 
         def on_each_device(*operands):
-            results = per_shard(*operands, eps, kernels)
+            results = per_shard(*operands, eps, params)
             return tuple(_summed_over_rows(r, row_axes, accumulator) if kind == "dn" else r
                          for r, kind in zip(results, layout.results))
 
@@ -129,11 +129,12 @@ def _partition(layout, per_shard):
 
 def _partitioned(description, layout):
     """A custom_partitioning function of the operands of `layout`, then eps and
-    kernels, binding the per-shard primitive of `description`."""
-    def per_shard(*operands_eps_kernels):
-        *operands, eps, kernels = operands_eps_kernels
-        params = {"kernels": kernels} if description.kernels else {}
-        return tuple(description.shard.bind(*operands, eps=eps, **params))
+    the primitive's other parameters (kernels, out_dtype: as sorted (name,
+    value) pairs, static and hashable), binding the per-shard primitive of
+    `description`."""
+    def per_shard(*operands_eps_params):
+        *operands, eps, params = operands_eps_params
+        return tuple(description.shard.bind(*operands, eps=eps, **dict(params)))
 
     count = len(layout.operands)
     partitioned = custom_partitioning(per_shard, static_argnums=(count, count + 1))
@@ -156,12 +157,13 @@ def _lowering_through(description):
     partitioned = {count: _partitioned(description, layout)
                    for count, layout in description.layouts.items()}
 
-    def lowering(ctx, *operands, eps, kernels="ffi"):
+    def lowering(ctx, *operands, eps, **params):
         manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
         chosen = partitioned[len(operands)]
         fn = chosen.fun if manual else chosen
+        static = tuple(sorted(params.items()))
         return mlir.lower_fun(
-            lambda *args: fn(*args, eps, kernels), multiple_results=True
+            lambda *args: fn(*args, eps, static), multiple_results=True
         )(ctx, *operands)
     return lowering
 

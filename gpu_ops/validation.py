@@ -44,6 +44,20 @@ def check_rms_norm_args(x, weight, eps, function):
     return check_eps(eps, function)
 
 
+def check_out_dtype(out_dtype, x, weight, function):
+    """The dtype of y as the primitives take it: None for the weight's (the
+    default), else x's; TypeError or ValueError for anything else."""
+    if out_dtype is None:
+        return None
+    found = check_dtype("out_dtype", out_dtype, function)
+    if found == weight.dtype:
+        return None
+    if found != x.dtype:
+        raise ValueError(f"{function}: out_dtype must be x's dtype ({x.dtype}) or the "
+                         f"weight's ({weight.dtype}), got {found.name}")
+    return found
+
+
 def check_eps(eps, function):
     """Raise TypeError/ValueError unless eps is a real number, finite and >= 0;
     return it as a float."""

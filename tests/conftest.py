@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config, items):
 # The test modules of the operation's contract. Each of their tests runs once
 # per implementation: gpu_ops' entry points are the chosen one's while it runs.
 CONTRACT_MODULES = {"test_bad_input", "test_float8", "test_forward_mode", "test_from_fp8",
-                    "test_gpu", "test_lowering",
+                    "test_gpu", "test_lowering", "test_out_dtype",
                     "test_numerics", "test_properties", "test_residual", "test_sharding",
                     "test_threads", "test_transformations"}
 _ENTRY_POINTS = {name: getattr(gpu_ops, name)

@@ -11,7 +11,7 @@ from gpu_ops import primitives
 from gpu_ops.primitives import DESCRIPTIONS
 
 KINDS = {"x", "n", "rows", "groups", "dn"}
-DTYPE_ROLES = {"x", "weight", "inv_rms", "float8", "float32", None}
+DTYPE_ROLES = {"x", "weight", "y", "inv_rms", "float8", "float32", None}
 
 
 @pytest.mark.parametrize("primitive", list(DESCRIPTIONS), ids=lambda p: p.name)
@@ -21,7 +21,10 @@ def test_every_layout_names_a_kind_and_a_dtype_for_each_operand_and_result(primi
         assert set(layout.operands) | set(layout.results) <= KINDS
         assert len(layout.operand_dtypes) == count
         assert len(layout.result_dtypes) == len(layout.results)
-        assert set(layout.operand_dtypes) | set(layout.result_dtypes) <= DTYPE_ROLES
+        # an operand may have any of several roles' dtypes (dy: the weight's or x's)
+        operand_roles = {role for dtype in layout.operand_dtypes
+                         for role in (dtype if isinstance(dtype, tuple) else (dtype,))}
+        assert operand_roles | set(layout.result_dtypes) <= DTYPE_ROLES
         assert None not in layout.result_dtypes  # every result has a dtype
         assert layout.operands[layout.x] == "x" and "n" in layout.operands
 
@@ -33,6 +36,9 @@ def test_the_types_follow_from_the_layout():
                                         kernels="ffi"), x, weight)
     assert (y.shape, y.dtype, inv_rms.shape, inv_rms.dtype) == (
         (3, 5, 256), jnp.float32, (3, 5), jnp.float32)
+    y_in_x_dtype, _ = jax.eval_shape(partial(primitives.rms_norm_fwd_p.bind, eps=1e-5,
+                                             kernels="ffi", out_dtype=jnp.bfloat16), x, weight)
+    assert y_in_x_dtype.dtype == jnp.bfloat16
     values, inv_rms, scales = jax.eval_shape(
         partial(primitives.rms_norm_fp8_fwd_shard_p.bind, eps=1e-5), x, weight)
     assert (values.dtype, scales.shape, scales.dtype) == (

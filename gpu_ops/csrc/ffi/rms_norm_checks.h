@@ -69,6 +69,12 @@ inline ffi::Error ExpectBuffer(const char* name, const ffi::AnyBuffer& buffer,
   return ffi::Error::Success();
 }
 
+// y's dtype (and so dy's): the weight's, or x's (the caller's out_dtype).
+inline ffi::DataType OutputType(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+                                const ffi::AnyBuffer& y) {
+  return y.element_type() == x.element_type() ? x.element_type() : w.element_type();
+}
+
 // x and weight: supported dtypes, weight is x's trailing dimensions.
 inline ffi::Error CheckInputs(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
                               double eps, RowGeometry* geometry) {
@@ -114,7 +120,7 @@ inline ffi::Error CheckForwardBuffers(const ffi::AnyBuffer& x,
                                       const ffi::AnyBuffer& inv_rms,
                                       RowGeometry* geometry) {
   if (auto err = CheckInputs(x, w, eps, geometry); err.failure()) return err;
-  if (auto err = ExpectBuffer("y", y, w.element_type(), x.dimensions());
+  if (auto err = ExpectBuffer("y", y, OutputType(x, w, y), x.dimensions());
       err.failure()) {
     return err;
   }
@@ -221,7 +227,7 @@ inline ffi::Error CheckBackwardBuffers(
     RowGeometry* geometry) {
   if (auto err = CheckInputs(x, w, eps, geometry); err.failure()) return err;
   const ffi::Error checks[] = {
-      ExpectBuffer("dy", dy, w.element_type(), x.dimensions()),
+      ExpectBuffer("dy", dy, OutputType(x, w, dy), x.dimensions()),
       ExpectBuffer("inv_rms", inv_rms, InvRmsType(x.element_type()),
                    LeadingDims(x, w)),
       ExpectBuffer("dx", dx, x.element_type(), x.dimensions()),

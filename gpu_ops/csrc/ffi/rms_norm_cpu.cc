@@ -47,7 +47,8 @@ ffi::Error ForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
       err.failure()) {
     return err;
   }
-  return ForwardOnRows(x, w, *inv_rms, g, eps, NormalisedRows{*y});
+  return ForwardOnRows(x, w, *inv_rms, g, eps,
+                       NormalisedRows{*y, y->element_type() == x.element_type()});
 }
 
 ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
@@ -61,7 +62,8 @@ ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
       err.failure()) {
     return err;
   }
-  return ForwardOnRows(x, w, *inv_rms, g, eps, NormalisedRows{*y}, &residual,
+  return ForwardOnRows(x, w, *inv_rms, g, eps,
+                       NormalisedRows{*y, y->element_type() == x.element_type()}, &residual,
                        &*sum);
 }
 
@@ -141,13 +143,17 @@ ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
         x.element_type(), w.element_type(), [&](auto xt, auto wt) {
           using X = typename decltype(xt)::type;
           using W = typename decltype(wt)::type;
-          Backward(
-              static_cast<const W*>(dy.untyped_data()),
-              static_cast<const AccumulatorFor<X>*>(inv_rms.untyped_data()),
-              static_cast<const X*>(x.untyped_data()),
-              static_cast<const W*>(w.untyped_data()),
-              static_cast<X*>(dx->untyped_data()),
-              static_cast<W*>(dw->untyped_data()), g);
+          const bool dy_in_x_dtype = dy.element_type() == x.element_type();
+          DispatchOutput<X, W>(dy_in_x_dtype, [&](auto tag) {
+            using DY = typename decltype(tag)::type;
+            Backward<X, W, X, DY>(
+                static_cast<const DY*>(dy.untyped_data()),
+                static_cast<const AccumulatorFor<X>*>(inv_rms.untyped_data()),
+                static_cast<const X*>(x.untyped_data()),
+                static_cast<const W*>(w.untyped_data()),
+                static_cast<X*>(dx->untyped_data()),
+                static_cast<W*>(dw->untyped_data()), g);
+          });
           return ffi::Error::Success();
         });
   } catch (const std::bad_alloc&) {

@@ -13,7 +13,8 @@
 //             -> (dx, dweight), dx in the weight's dtype; on CUDA with
 //             dweight_partials after them
 //
-// y and dy have weight's dtype, dx has x's dtype, inv_rms has x's leading
+// y and dy have the weight's dtype or x's (rms_norm's out_dtype; a float8
+// input's, the weight's), dx has x's dtype, inv_rms has x's leading
 // (non-normalised) shape and is float32 unless x is float64.
 #ifndef GPU_OPS_RMS_NORM_HANDLERS_H_
 #define GPU_OPS_RMS_NORM_HANDLERS_H_

@@ -46,6 +46,16 @@ xla::ffi::Error DispatchFloatPair(xla::ffi::DataType x_type,
   });
 }
 
+// Calls fn(TypeTag<Y>{}) for y's (or dy's) C++ type Y: X where
+// `in_x_dtype` (the caller's out_dtype), else the weight's, W.
+template <typename X, typename W, typename Fn>
+decltype(auto) DispatchOutput(bool in_x_dtype, Fn&& fn) {
+  if constexpr (!std::is_same_v<X, W>) {
+    if (in_x_dtype) return fn(TypeTag<X>{});
+  }
+  return fn(TypeTag<W>{});
+}
+
 }  // namespace gpu_ops
 
 #endif  // GPU_OPS_DTYPE_DISPATCH_H_

@@ -41,7 +41,7 @@ struct alignas(16) Pack {
   T v[kSize];
 };
 
-// The values of a row of W (the weight, or y and dy, of the weight's dtype)
+// The values of a row of W (the weight; or y and dy, of its dtype or x's)
 // beside one 16-byte vector of a row of x of dtype T.
 template <typename T, typename W>
 using PackBeside = Pack<W, Pack<T>::kSize>;
@@ -311,13 +311,13 @@ __device__ __forceinline__ float SumSquares(const P (&v)[kVectors]) {
 }
 
 // Writes this thread's vectors of y = w * (inv * x) into the row at `y`
-// (the weight's values beside each vector of x, and y's, in PW).
-template <int kVectors, typename P, typename PW>
+// (the weight's values beside each vector of x in PW, y's in PY).
+template <int kVectors, typename P, typename PW, typename PY>
 __device__ void StoreNormalised(const P (&xv)[kVectors],
                                 const PW (&wv)[kVectors], float inv,
-                                PW* __restrict__ y, int row_vectors,
+                                PY* __restrict__ y, int row_vectors,
                                 const Place& at) {
-  static_assert(P::kSize == PW::kSize, "the weight's values beside x's");
+  static_assert(P::kSize == PW::kSize && P::kSize == PY::kSize, "values beside x's");
   StoreVectors<kVectors>(y, row_vectors, at, [&](int k, int e) {
     return Element(wv[k], e) * (inv * Element(xv[k], e));
   });
@@ -326,8 +326,8 @@ __device__ void StoreNormalised(const P (&xv)[kVectors],
 // Writes this thread's vectors of dx = inv * (dy*w - x * correction) into
 // the row at `dx` (correction = inv^2 * mean(dy*w*x)), reading values with
 // ElementOf<kWords>.
-template <bool kWords = false, int kVectors, typename P, typename PW>
-__device__ void StoreInputGradient(const PW (&dyv)[kVectors],
+template <bool kWords = false, int kVectors, typename P, typename PW, typename PY>
+__device__ void StoreInputGradient(const PY (&dyv)[kVectors],
                                    const P (&xv)[kVectors],
                                    const PW (&wv)[kVectors], float inv,
                                    float correction, P* __restrict__ dx,
@@ -557,17 +557,24 @@ decltype(auto) DispatchFastType(DType dtype, Fn&& fn) {
   return fn(TypeTag<float>{});
 }
 
-// Calls fn(TypeTag<T>{}, TypeTag<W>{}) for x's element type T and the
-// weight's W: W is T, or float with 16-bit x (Float32Weight).
+// Calls fn(TypeTag<T>{}, TypeTag<W>{}, TypeTag<Y>{}) for x's element type T,
+// the weight's W and Y, that of `out` (y, or dy): W is T, or float with
+// 16-bit x (Float32Weight); Y is W, or T (the caller's out_dtype).
 template <typename Fn>
-decltype(auto) DispatchRowTypes(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, Fn&& fn) {
+decltype(auto) DispatchRowTypes(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+                                const ffi::AnyBuffer& out, Fn&& fn) {
   const bool float32_weight = Float32Weight(x, w);
-  return DispatchFastType(PlanDType(x.element_type()), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  const bool out_in_x_dtype = out.element_type() == x.element_type();
+  return DispatchFastType(PlanDType(x.element_type()), [&](auto t) {
+    using T = typename decltype(t)::type;
     if constexpr (sizeof(T) == 2) {
-      if (float32_weight) return fn(tag, TypeTag<float>{});
+      if (float32_weight) {
+        return DispatchOutput<T, float>(out_in_x_dtype, [&](auto y) {
+          return fn(t, TypeTag<float>{}, y);
+        });
+      }
     }
-    return fn(tag, tag);
+    return fn(t, t, t);
   });
 }
 

@@ -80,11 +80,11 @@ __device__ void FinishClusterReads() {
 #endif
 }
 
-// dy, the weight and its gradient are of dtype W: T, or float32 beside
-// 16-bit x.
-template <typename T, typename W>
+// The weight and its gradient are of dtype W: T, or float32 beside 16-bit x;
+// dy of Y: W, or T (the forward's out_dtype).
+template <typename T, typename W, typename Y>
 struct ColumnSlicesArgs {
-  const W* dy;
+  const Y* dy;
   const float* inv_rms;
   const T* x;
   const W* w;
@@ -98,17 +98,18 @@ struct ColumnSlicesArgs {
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Block b of the one cluster takes vector columns b * blockDim.x to
 // (b + 1) * blockDim.x - 1 of the `rows` rows (at most kRows).
-template <typename T, typename W, int kRows>
+template <typename T, typename W, typename Y, int kRows>
 __global__ void __launch_bounds__(kColumnSliceThreads)
-    ColumnSlicesBackwardKernel(ColumnSlicesArgs<T, W> a) {
+    ColumnSlicesBackwardKernel(ColumnSlicesArgs<T, W, Y> a) {
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
+  using PY = PackBeside<T, Y>;
   const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   const bool active = c < a.row_vectors;
   const P* xp = reinterpret_cast<const P*>(a.x) + c;
-  const PW* dyp = reinterpret_cast<const PW*>(a.dy) + c;
+  const PY* dyp = reinterpret_cast<const PY*>(a.dy) + c;
   P xv[kRows];
-  PW dyv[kRows];
+  PY dyv[kRows];
   float inv[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -174,7 +175,7 @@ int64_t ColumnSlicesResident(DType dtype, const Shape& shape) {
   return DispatchFastType(dtype, [&](auto tag) -> int64_t {
     using T = typename decltype(tag)::type;
     // (x's dtype alone: a float32 weight's instance has the same block)
-    const auto kernel = ColumnSlicesBackwardKernel<T, T, kMaxColumnSliceRows>;
+    const auto kernel = ColumnSlicesBackwardKernel<T, T, T, kMaxColumnSliceRows>;
     if (!RunsHopperCode(kernel)) return 0;
     return ResidentGroups(kernel, shape, 0);
   });
@@ -182,11 +183,12 @@ int64_t ColumnSlicesResident(DType dtype, const Shape& shape) {
 
 ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
                                       const BackwardBuffers& b, RowGeometry g) {
-  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
+  return DispatchRowTypes(b.x, b.w, b.dy, [&](auto t, auto u, auto v) {
     using T = typename decltype(t)::type;
     using W = typename decltype(u)::type;
-    const ColumnSlicesArgs<T, W> args{
-        static_cast<const W*>(b.dy.untyped_data()),
+    using Y = typename decltype(v)::type;
+    const ColumnSlicesArgs<T, W, Y> args{
+        static_cast<const Y*>(b.dy.untyped_data()),
         static_cast<const float*>(b.inv_rms.untyped_data()),
         static_cast<const T*>(b.x.untyped_data()), static_cast<const W*>(b.w.untyped_data()),
         static_cast<T*>(b.dx.untyped_data()), static_cast<W*>(b.dw.untyped_data()),
@@ -194,7 +196,7 @@ ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
         Reciprocal(g.row_length)};
     return DispatchRows(args.rows, [&](auto rows) {
       constexpr int kRows = decltype(rows)::value;
-      return Launch(stream, ColumnSlicesBackwardKernel<T, W, kRows>, plan.shape, plan.groups, 0,
+      return Launch(stream, ColumnSlicesBackwardKernel<T, W, Y, kRows>, plan.shape, plan.groups, 0,
                     "launching the column-slice backward kernel", args);
     });
   });

@@ -71,17 +71,24 @@ void ForwardRows(const X* x, AccumulatorFor<X>* inv_rms, RowGeometry g,
 // rms_norm_cpu.cc): each makes, for the element types of x and the weight,
 // the function that writes a row.
 
-// y = w * (inv * x), in the weight's dtype.
+// y = w * (inv * x), in the weight's dtype, or x's where `in_x_dtype` (the
+// caller's out_dtype).
 struct NormalisedRows {
   ffi::AnyBuffer& y;
+  bool in_x_dtype = false;
 
   template <typename X, typename W>
   auto For(const W* w, int64_t n) const {
-    W* out = static_cast<W*>(y.untyped_data());
+    void* out = y.untyped_data();
+    const bool in_x = in_x_dtype;
     return [=](int64_t r, const X* row, double inv) {
-      for (int64_t c = 0; c < n; ++c) {
-        out[r * n + c] = Store<W>::From(Load<double>(w[c]) * (inv * Load<double>(row[c])));
-      }
+      DispatchOutput<X, W>(in_x, [&](auto tag) {
+        using Y = typename decltype(tag)::type;
+        Y* y_row = static_cast<Y*>(out) + r * n;
+        for (int64_t c = 0; c < n; ++c) {
+          y_row[c] = Store<Y>::From(Load<double>(w[c]) * (inv * Load<double>(row[c])));
+        }
+      });
     };
   }
 };
@@ -131,11 +138,12 @@ struct QuantisedRows {
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv
 //
 // BackwardRows computes dx (of dtype D, x's unless given) for rows
-// [begin, end) and adds their part of the weight gradient to dw_sum, splitting the rows in halves (each half into a
-// vector of its own) down to kPairwiseLeaf rows: the weight gradient's sums
-// over rows are pairwise too.
-template <typename X, typename W, typename D = X>
-void BackwardRows(const W* dy, const AccumulatorFor<X>* inv_rms, const X* x,
+// [begin, end), from dy of dtype DY (the weight's unless given: y's), and
+// adds their part of the weight gradient to dw_sum, splitting the rows in
+// halves (each half into a vector of its own) down to kPairwiseLeaf rows:
+// the weight gradient's sums over rows are pairwise too.
+template <typename X, typename W, typename D = X, typename DY = W>
+void BackwardRows(const DY* dy, const AccumulatorFor<X>* inv_rms, const X* x,
                   const W* w, D* dx, double* dw_sum, RowGeometry g,
                   int64_t begin, int64_t end) {
   const int64_t n = g.row_length;
@@ -149,7 +157,7 @@ void BackwardRows(const W* dy, const AccumulatorFor<X>* inv_rms, const X* x,
   }
   for (int64_t r = begin; r < end; ++r) {
     const X* x_row = x + r * n;
-    const W* dy_row = dy + r * n;
+    const DY* dy_row = dy + r * n;
     const double inv = inv_rms[r];
     const double dot = PairwiseSum(0, n, [&](int64_t c) {
       return Load<double>(dy_row[c]) * Load<double>(w[c]) * Load<double>(x_row[c]);
@@ -164,8 +172,8 @@ void BackwardRows(const W* dy, const AccumulatorFor<X>* inv_rms, const X* x,
   }
 }
 
-template <typename X, typename W, typename D = X>
-void Backward(const W* dy, const AccumulatorFor<X>* inv_rms, const X* x,
+template <typename X, typename W, typename D = X, typename DY = W>
+void Backward(const DY* dy, const AccumulatorFor<X>* inv_rms, const X* x,
               const W* w, D* dx, W* dw, RowGeometry g) {
   std::vector<double> dw_sum(static_cast<size_t>(g.row_length), 0.0);
   BackwardRows(dy, inv_rms, x, w, dx, dw_sum.data(), g, 0, g.rows);

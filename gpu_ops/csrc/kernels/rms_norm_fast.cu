@@ -24,9 +24,9 @@
 // instruction issue, not loads, limited these kernels. For rows a block
 // holds, loading several rows straight into registers beats the ring.
 // The kernels for rows a block holds, and the backward's, also take 16-bit x
-// with a float32 weight W (y, dy and the weight gradient then float32): the
-// weight's values beside each 16-byte vector of x are two vectors of W
-// (PackBeside). The launch shape comes from the planner (rms_norm_plan.h).
+// with a float32 weight W (the weight gradient then float32, y and dy of Y,
+// float32 or x's dtype): the weight's values beside each 16-byte vector of x
+// are two vectors of W (PackBeside). The launch shape comes from the planner (rms_norm_plan.h).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -126,13 +126,13 @@ __device__ __noinline__ float InverseRms(float total, float inv_row_length,
 // The block adds up the squares of each of its rows (one barrier for all of
 // them, through warp_sums), then writes y = w * (x * inv) and inv_rms for
 // the rows that exist.
-template <int kRows, int kVectors, typename P, typename PW>
+template <int kRows, int kVectors, typename P, typename PW, typename PY>
 __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
                               const PW (&wv)[kVectors],
                               float (&warp_sums)[kRows][kMaxThreads / kWarpSize],
                               int64_t first, int64_t rows, int row_vectors,
                               float inv_row_length, float eps,
-                              PW* __restrict__ y, float* __restrict__ inv_rms,
+                              PY* __restrict__ y, float* __restrict__ inv_rms,
                               const Place& at) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
@@ -172,18 +172,19 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
 // threads, not its registers, sets how many of its blocks fit, as the
 // planner's model of a GPU (described_gpu.cc) assumes, and that model's
 // few-rows plans agree with the GPU's whatever registers ptxas gives it.
-// A float32 weight W of 16-bit x (and y then float32) doubles the weight's
-// registers: those instances take up to 64.
-template <typename T, typename W, int kVectors, int kRows, bool kResidual = false>
+// A float32 weight W of 16-bit x (y then float32, or x's dtype: Y) doubles
+// the weight's registers: those instances take up to 64.
+template <typename T, typename W, typename Y, int kVectors, int kRows, bool kResidual = false>
 __global__ void __maxnreg__(kVectors * kRows == 1 ? 32
                                                   : (sizeof(T) == 2 && sizeof(W) == 2 ? 40 : 64))
     FastForwardKernel(const T* __restrict__ x, const W* __restrict__ w,
-                      W* __restrict__ y, float* __restrict__ inv_rms,
+                      Y* __restrict__ y, float* __restrict__ inv_rms,
                       int64_t rows, int row_vectors, float inv_row_length,
                       float eps, const T* __restrict__ residual,
                       T* __restrict__ sum) {
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
+  using PY = PackBeside<T, Y>;
   __shared__ float warp_sums[kRows][kMaxThreads / kWarpSize];
   const Place at{0, 0, static_cast<int>(threadIdx.x),
                  static_cast<int>(blockDim.x)};
@@ -216,7 +217,7 @@ __global__ void __maxnreg__(kVectors * kRows == 1 ? 32
   PW wv[kVectors];
   LoadVectors(reinterpret_cast<const PW*>(w), row_vectors, at, wv);
   NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, inv_row_length,
-                eps, reinterpret_cast<PW*>(y), inv_rms, at);
+                eps, reinterpret_cast<PY*>(y), inv_rms, at);
 }
 
 // The forward of one row per block, for blocks of more than 512 threads
@@ -228,13 +229,14 @@ __global__ void __maxnreg__(kVectors * kRows == 1 ? 32
 // just before the store that needs it: at most 32 registers (the build
 // fails on a spill), so an SM holds two blocks, and one block's loads run
 // while the other adds up and writes.
-template <typename T, typename W, int kVectors>
+template <typename T, typename W, typename Y, int kVectors>
 __global__ void __launch_bounds__(kMaxThreads, 2)
     RowForwardKernel(const T* __restrict__ x, const W* __restrict__ w,
-                     W* __restrict__ y, float* __restrict__ inv_rms,
+                     Y* __restrict__ y, float* __restrict__ inv_rms,
                      int row_vectors, float inv_row_length, float eps) {
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
+  using PY = PackBeside<T, Y>;
   __shared__ float warp_sums[kMaxThreads / kWarpSize];
   const Place at{0, 0, static_cast<int>(threadIdx.x),
                  static_cast<int>(blockDim.x)};
@@ -251,16 +253,16 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   const float total = WarpSum(lane < warps ? warp_sums[lane] : 0.0f);
   const float inv = InverseRms(total, inv_row_length, eps);
   const PW* wp = reinterpret_cast<const PW*>(w);
-  PW* yp = reinterpret_cast<PW*>(y) + row * row_vectors;
+  PY* yp = reinterpret_cast<PY*>(y) + row * row_vectors;
 #pragma unroll
   for (int k = 0; k < kVectors; ++k) {
     const int c = at.first + k * at.stride;
     if (c < row_vectors) {
       const PW wk = wp[c];
-      PW out;
+      PY out;
 #pragma unroll
       for (int e = 0; e < P::kSize; ++e) {
-        out.v[e] = Storage<W>::From(Element(wk, e) * (inv * Element(xv[k], e)));
+        out.v[e] = Storage<Y>::From(Element(wk, e) * (inv * Element(xv[k], e)));
       }
       yp[c] = out;
     }
@@ -360,9 +362,9 @@ __device__ void StoreBlockPartials(float (&dw)[kVectors][P::kSize],
 // streaming in through two rings, for dy and x) and adds up their weight
 // gradient; each block (or cluster) writes its teams' sum to row b of
 // `partials`, b the block's (or cluster's) index.
-template <typename T, typename W, int kVectors, bool kClustered>
+template <typename T, typename W, typename Y, int kVectors, bool kClustered>
 __global__ void __launch_bounds__(kMaxThreads, 1)
-    FastBackwardKernel(const W* __restrict__ dy,
+    FastBackwardKernel(const Y* __restrict__ dy,
                        const float* __restrict__ inv_rms,
                        const T* __restrict__ x, const W* __restrict__ w,
                        T* __restrict__ dx, float* __restrict__ partials,
@@ -371,6 +373,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                        float inv_row_length) {
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
+  using PY = PackBeside<T, Y>;
   extern __shared__ __align__(128) float4 ring_memory[];  // see RowRing
   __shared__ TeamSumSlots sums;
   StartClusterSums<kClustered>(sums);
@@ -385,13 +388,13 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                                       rows - begin, 0, rows_per_partial))
                                 : 0;
   // The segment's rows, each row_vectors vectors after the one before.
-  const PW* dyp = reinterpret_cast<const PW*>(dy) + begin * row_vectors;
+  const PY* dyp = reinterpret_cast<const PY*>(dy) + begin * row_vectors;
   const P* xp = reinterpret_cast<const P*>(x) + begin * row_vectors;
   P* dxp = reinterpret_cast<P*>(dx) + begin * row_vectors;
   const float* invs = inv_rms + begin;
   uint4* ring_slots = reinterpret_cast<uint4*>(ring_memory);
-  const RowRing<PW, kVectors> dy_ring{ring_slots};
-  const RowRing<P, kVectors> x_ring{ring_slots + kStages * kVectors * PW::kWords * blockDim.x};
+  const RowRing<PY, kVectors> dy_ring{ring_slots};
+  const RowRing<P, kVectors> x_ring{ring_slots + kStages * kVectors * PY::kWords * blockDim.x};
   PW wv[kVectors];
   LoadVectors(reinterpret_cast<const PW*>(w), row_vectors, at, wv);
   for (int s = 0; s < kStages - 1; ++s) {
@@ -431,7 +434,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                  ahead_stage);
     __pipeline_commit();
     __pipeline_wait_prior(kStages - 1);  // this row's copies have landed
-    PW dyv[kVectors];
+    PY dyv[kVectors];
     P xv[kVectors];
     dy_ring.Read(stage, exists, row_vectors, at, dyv);
     x_ring.Read(stage, exists, row_vectors, at, xv);
@@ -463,7 +466,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       partials + int64_t{blockIdx.x / shape.cluster} * row_vectors * P::kSize;
   if constexpr (!kClustered) {  // (a cluster's blocks hold one team each)
     if (shape.teams > 1) {
-      static_assert(P::kSize * sizeof(float) <= kStages * (sizeof(P) + sizeof(PW)),
+      static_assert(P::kSize * sizeof(float) <= kStages * (sizeof(P) + sizeof(PY)),
                     "the teams' sums fit in the rings' memory");
       StoreBlockPartials<P>(dw, reinterpret_cast<float*>(ring_memory),
                             partial, row_vectors, at, shape);
@@ -507,7 +510,7 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
     };
     switch (kernel) {
       case Kernel::kFewRowsForward:
-        return resident(FastForwardKernel<T, T, 1, 1>);
+        return resident(FastForwardKernel<T, T, T, 1, 1>);
       case Kernel::kRowTeamsForward:
         return DispatchVectors<kForwardVectors<T>>(shape.vectors, [&](auto v) {
           constexpr int kV = decltype(v)::value;
@@ -517,8 +520,8 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
       case Kernel::kRowTeamsBackward:
         return DispatchVectors<kBackwardVectors<T>>(shape.vectors, [&](auto v) {
           constexpr int kV = decltype(v)::value;
-          return ForCluster(shape, FastBackwardKernel<T, T, kV, true>,
-                            FastBackwardKernel<T, T, kV, false>, resident);
+          return ForCluster(shape, FastBackwardKernel<T, T, T, kV, true>,
+                            FastBackwardKernel<T, T, T, kV, false>, resident);
         });
       default:
         return int64_t{0};
@@ -529,13 +532,14 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
 ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
                              const ResidualForwardBuffers& b, RowGeometry g,
                              double eps) {
-  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
+  return DispatchRowTypes(b.x, b.w, b.y, [&](auto t, auto u, auto v) {
     using T = typename decltype(t)::type;
     using W = typename decltype(u)::type;
+    using Y = typename decltype(v)::type;
     const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
     const T* x = static_cast<const T*>(b.x.untyped_data());
     const W* w = static_cast<const W*>(b.w.untyped_data());
-    W* y = static_cast<W*>(b.y.untyped_data());
+    Y* y = static_cast<Y*>(b.y.untyped_data());
     float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
     const T* residual =
         b.residual ? static_cast<const T*>(b.residual->untyped_data()) : nullptr;
@@ -548,7 +552,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
       const char* what = kResidual ? "launching the residual forward kernel"
                                    : "launching the forward kernel";
       if (plan.path == Path::kFewRows) {
-        return Launch(stream, FastForwardKernel<T, W, 1, 1, kResidual>, shape,
+        return Launch(stream, FastForwardKernel<T, W, Y, 1, 1, kResidual>, shape,
                       plan.groups, 0, what, x, w, y, inv_rms, g.rows,
                       row_vectors, inv_row_length, epsilon, residual, sum);
       }
@@ -557,7 +561,7 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
             constexpr int kVectors = decltype(vectors)::value;
             if constexpr (!kResidual && sizeof(T) == 2) {
               if (plan.path == Path::kWideRows) {
-                RowForwardKernel<T, W, kVectors>
+                RowForwardKernel<T, W, Y, kVectors>
                     <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
                         x, w, y, inv_rms, row_vectors, inv_row_length, epsilon);
                 return CheckLaunch(what);
@@ -566,14 +570,14 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
             // The kernel's rows a block are a template argument: the plan's.
             constexpr int kRows = RowsPerBlock(kVectors, kResidual);
             if (plan.path == Path::kBlockRows && plan.rows_per_group == kRows) {
-              FastForwardKernel<T, W, kVectors, kRows, kResidual>
+              FastForwardKernel<T, W, Y, kVectors, kRows, kResidual>
                   <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
                       x, w, y, inv_rms, g.rows, row_vectors, inv_row_length,
                       epsilon, residual, sum);
               return CheckLaunch(what);
             }
             // Row teams take one dtype (the planner's kOneDType).
-            if constexpr (!kResidual && std::is_same_v<T, W>) {
+            if constexpr (!kResidual && std::is_same_v<T, W> && std::is_same_v<T, Y>) {
               if (plan.path == Path::kRowTeams) {
                 return ForCluster(
                     shape, ClusterForwardKernel<T, kVectors, true>,
@@ -599,20 +603,21 @@ ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
                                   const BackwardBuffers& b, RowGeometry g) {
   const int64_t num_partials = b.partials.dimensions()[0];
   float* partials = static_cast<float*>(b.partials.untyped_data());
-  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
+  return DispatchRowTypes(b.x, b.w, b.dy, [&](auto t, auto u, auto v) {
     using T = typename decltype(t)::type;
     using W = typename decltype(u)::type;
+    using Y = typename decltype(v)::type;
     const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
     const ffi::Error launched = DispatchVectors<kBackwardVectors<T>>(
         plan.shape.vectors, [&](auto vectors) {
           constexpr int kV = decltype(vectors)::value;
           return ForCluster(
-              plan.shape, FastBackwardKernel<T, W, kV, true>,
-              FastBackwardKernel<T, W, kV, false>, [&](auto kernel) {
+              plan.shape, FastBackwardKernel<T, W, Y, kV, true>,
+              FastBackwardKernel<T, W, Y, kV, false>, [&](auto kernel) {
                 return Launch(
                     stream, kernel, plan.shape, plan.groups, plan.shared_bytes,
                     "launching the backward kernel",
-                    static_cast<const W*>(b.dy.untyped_data()),
+                    static_cast<const Y*>(b.dy.untyped_data()),
                     static_cast<const float*>(b.inv_rms.untyped_data()),
                     static_cast<const T*>(b.x.untyped_data()),
                     static_cast<const W*>(b.w.untyped_data()),

@@ -43,15 +43,16 @@ __device__ A BlockSum(A v, A* warp_sums) {
 }
 
 // y = w * x / sqrt(mean(x * x) + eps), with A the accumulation type: float
-// for 16- and 32-bit x, double for float64. With kResidual, x is first
+// for 16- and 32-bit x, double for float64, and y of Y, the weight's dtype or
+// x's (out_dtype). With kResidual, x is first
 // replaced by x + residual, rounded to x's dtype once and stored in `sum`
 // (the norm is of that rounded sum, as jnp computes rms_norm(x + residual)).
 // The second sweep reads back x, or the sum a thread has itself just
 // stored, which comes from L1 or L2 rather than memory.
-template <typename X, typename W, bool kResidual>
+template <typename X, typename W, typename Y, bool kResidual>
 __global__ void __launch_bounds__(kGeneralMaxThreads)
     GeneralForwardKernel(const X* __restrict__ x, const W* __restrict__ w,
-                         W* __restrict__ y,
+                         Y* __restrict__ y,
                          AccumulatorFor<X>* __restrict__ inv_rms,
                          int64_t rows, int64_t row_length, double eps,
                          const X* __restrict__ residual, X* __restrict__ sum) {
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kGeneralMaxThreads)
     const A inv = A(1) / sqrt(total / A(row_length) + A(eps));
     for (int64_t c = threadIdx.x; c < row_length; c += blockDim.x) {
       y[base + c] =
-          Storage<W>::From(ToAcc<A>(w[c]) * (inv * ToAcc<A>(source[base + c])));
+          Storage<Y>::From(ToAcc<A>(w[c]) * (inv * ToAcc<A>(source[base + c])));
     }
     if (threadIdx.x == 0) inv_rms[row] = inv;
   }
@@ -83,9 +84,10 @@ __global__ void __launch_bounds__(kGeneralMaxThreads)
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x)) for each row of the block,
 // and the block's share of the weight gradient, sum over its rows of
 // dy*x*inv, in its own row of `partials` (so no other block writes there).
-template <typename X, typename W>
+// dy is of Y, y's dtype.
+template <typename X, typename W, typename Y>
 __global__ void __launch_bounds__(kGeneralMaxThreads)
-    GeneralBackwardKernel(const W* __restrict__ dy,
+    GeneralBackwardKernel(const Y* __restrict__ dy,
                           const AccumulatorFor<X>* __restrict__ inv_rms,
                           const X* __restrict__ x, const W* __restrict__ w,
                           X* __restrict__ dx,
@@ -144,21 +146,25 @@ ffi::Error GeneralForward(cudaStream_t stream, const ResidualForwardBuffers& b,
       b.x.element_type(), b.w.element_type(), [&](auto xt, auto wt) {
         using X = typename decltype(xt)::type;
         using W = typename decltype(wt)::type;
-        const auto launch = [&](auto kernel, const X* residual, X* sum) {
-          kernel<<<blocks, threads, 0, stream>>>(
-              static_cast<const X*>(b.x.untyped_data()),
-              static_cast<const W*>(b.w.untyped_data()),
-              static_cast<W*>(b.y.untyped_data()),
-              static_cast<AccumulatorFor<X>*>(b.inv_rms.untyped_data()), g.rows,
-              g.row_length, eps, residual, sum);
-          return CheckLaunch("GeneralForwardKernel");
-        };
-        if (b.residual == nullptr) {
-          return launch(GeneralForwardKernel<X, W, false>, nullptr, nullptr);
-        }
-        return launch(GeneralForwardKernel<X, W, true>,
-                      static_cast<const X*>(b.residual->untyped_data()),
-                      static_cast<X*>(b.sum->untyped_data()));
+        const bool y_in_x_dtype = b.y.element_type() == b.x.element_type();
+        return DispatchOutput<X, W>(y_in_x_dtype, [&](auto yt) {
+          using Y = typename decltype(yt)::type;
+          const auto launch = [&](auto kernel, const X* residual, X* sum) {
+            kernel<<<blocks, threads, 0, stream>>>(
+                static_cast<const X*>(b.x.untyped_data()),
+                static_cast<const W*>(b.w.untyped_data()),
+                static_cast<Y*>(b.y.untyped_data()),
+                static_cast<AccumulatorFor<X>*>(b.inv_rms.untyped_data()), g.rows,
+                g.row_length, eps, residual, sum);
+            return CheckLaunch("GeneralForwardKernel");
+          };
+          if (b.residual == nullptr) {
+            return launch(GeneralForwardKernel<X, W, Y, false>, nullptr, nullptr);
+          }
+          return launch(GeneralForwardKernel<X, W, Y, true>,
+                        static_cast<const X*>(b.residual->untyped_data()),
+                        static_cast<X*>(b.sum->untyped_data()));
+        });
       });
 }
 
@@ -172,16 +178,20 @@ ffi::Error GeneralBackward(cudaStream_t stream, const BackwardBuffers& b,
         using W = typename decltype(wt)::type;
         using A = AccumulatorFor<X>;
         A* partials = static_cast<A*>(b.partials.untyped_data());
-        // One block per partial row: the backward's scratch has at most
-        // 1024 (cuda_scratch.h).
-        GeneralBackwardKernel<X, W><<<static_cast<unsigned>(num_partials), threads,
-                                      0, stream>>>(
-            static_cast<const W*>(b.dy.untyped_data()),
-            static_cast<const A*>(b.inv_rms.untyped_data()),
-            static_cast<const X*>(b.x.untyped_data()),
-            static_cast<const W*>(b.w.untyped_data()),
-            static_cast<X*>(b.dx.untyped_data()), partials, g.rows, g.row_length);
-        return CheckLaunch("GeneralBackwardKernel");
+        const bool dy_in_x_dtype = b.dy.element_type() == b.x.element_type();
+        return DispatchOutput<X, W>(dy_in_x_dtype, [&](auto yt) {
+          using Y = typename decltype(yt)::type;
+          // One block per partial row: the backward's scratch has at most
+          // 1024 (cuda_scratch.h).
+          GeneralBackwardKernel<X, W, Y><<<static_cast<unsigned>(num_partials), threads,
+                                           0, stream>>>(
+              static_cast<const Y*>(b.dy.untyped_data()),
+              static_cast<const A*>(b.inv_rms.untyped_data()),
+              static_cast<const X*>(b.x.untyped_data()),
+              static_cast<const W*>(b.w.untyped_data()),
+              static_cast<X*>(b.dx.untyped_data()), partials, g.rows, g.row_length);
+          return CheckLaunch("GeneralBackwardKernel");
+        });
       });
   if (err.failure()) return err;
   return SumPartials(stream, b.partials, b.dw, g);

@@ -16,9 +16,9 @@
 //   kShortRowsBackwardRows rows in flight and adding up its columns' weight
 //   gradient in registers; a block then adds up its groups' sums in shared
 //   memory and writes one row of partial sums, and SumPartials adds those.
-// Both take 16-bit x with a float32 weight (W), which then is y's, dy's and
-// the weight gradient's dtype, as a model keeping its weights in float32
-// has them.
+// Both take 16-bit x with a float32 weight (W), which then is the weight
+// gradient's dtype and y's and dy's (Y), or x's for those (out_dtype), as a
+// model keeping its weights in float32 has them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -83,10 +83,10 @@ struct LanePlace {
 
 // Block b normalises rows b * kGroups * kRows to (b + 1) * kGroups * kRows - 1.
 // Rows past the end load the last row again and store nothing.
-template <typename T, typename W, int kLanes, int kRows>
+template <typename T, typename W, typename Y, int kLanes, int kRows>
 __global__ void __launch_bounds__(kShortRowsThreads)
     ShortRowsForwardKernel(const T* __restrict__ x, const W* __restrict__ w,
-                           W* __restrict__ y, float* __restrict__ inv_rms,
+                           Y* __restrict__ y, float* __restrict__ inv_rms,
                            int64_t rows, int row_length, float inv_row_length,
                            float eps) {
   const LanePlace<kLanes> at(row_length);
@@ -121,9 +121,9 @@ __global__ void __launch_bounds__(kShortRowsThreads)
 // kGroups * kRows further, and so on; it writes its sum of the weight
 // gradient to row b of `partials`. An SM holds kShortRowsBackwardBlocks
 // blocks whatever the dtypes (with 4, float32's spilled on an A100).
-template <typename T, typename W, int kLanes, int kRows>
+template <typename T, typename W, typename Y, int kLanes, int kRows>
 __global__ void __launch_bounds__(kShortRowsThreads, kShortRowsBackwardBlocks)
-    ShortRowsBackwardKernel(const W* __restrict__ dy, const float* __restrict__ inv_rms,
+    ShortRowsBackwardKernel(const Y* __restrict__ dy, const float* __restrict__ inv_rms,
                             const T* __restrict__ x, const W* __restrict__ w,
                             T* __restrict__ dx, float* __restrict__ partials,
                             int64_t rows, int row_length, float inv_row_length) {
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kShortRowsThreads, kShortRowsBackwardBlocks)
   // The loop runs the same number of times in every thread of the block.
   for (int64_t block_first = int64_t{blockIdx.x} * kGroups * kRows; block_first < rows;
        block_first += step) {
-    LaneValues<W> dyv[kRows];
+    LaneValues<Y> dyv[kRows];
     LaneValues<T> xv[kRows];
     float inv[kRows];
 #pragma unroll
@@ -199,7 +199,7 @@ int64_t ShortRowsResident(DType dtype, const Shape& shape) {
     using T = typename decltype(tag)::type;
     return DispatchLanes(shape.team, [&](auto lanes) {
       constexpr int kLanes = decltype(lanes)::value;
-      return ResidentGroups(ShortRowsBackwardKernel<T, T, kLanes, kShortRowsBackwardRows>,
+      return ResidentGroups(ShortRowsBackwardKernel<T, T, T, kLanes, kShortRowsBackwardRows>,
                             shape, 0);
     });
   });
@@ -207,16 +207,17 @@ int64_t ShortRowsResident(DType dtype, const Shape& shape) {
 
 ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
                                   const ForwardBuffers& b, RowGeometry g, double eps) {
-  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
+  return DispatchRowTypes(b.x, b.w, b.y, [&](auto t, auto u, auto v) {
     using T = typename decltype(t)::type;
     using W = typename decltype(u)::type;
+    using Y = typename decltype(v)::type;
     return DispatchLanes(plan.shape.team, [&](auto lanes) {
       constexpr int kLanes = decltype(lanes)::value;
-      ShortRowsForwardKernel<T, W, kLanes, kShortRowsForwardRows>
+      ShortRowsForwardKernel<T, W, Y, kLanes, kShortRowsForwardRows>
           <<<static_cast<unsigned>(plan.groups), kShortRowsThreads, 0, stream>>>(
               static_cast<const T*>(b.x.untyped_data()),
               static_cast<const W*>(b.w.untyped_data()),
-              static_cast<W*>(b.y.untyped_data()),
+              static_cast<Y*>(b.y.untyped_data()),
               static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
               static_cast<int>(g.row_length), Reciprocal(g.row_length),
               static_cast<float>(eps));
@@ -228,14 +229,15 @@ ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
 ffi::Error LaunchShortRowsBackward(cudaStream_t stream, const Plan& plan,
                                    const BackwardBuffers& b, RowGeometry g) {
   float* partials = static_cast<float*>(b.partials.untyped_data());
-  return DispatchRowTypes(b.x, b.w, [&](auto t, auto u) {
+  return DispatchRowTypes(b.x, b.w, b.dy, [&](auto t, auto u, auto v) {
     using T = typename decltype(t)::type;
     using W = typename decltype(u)::type;
+    using Y = typename decltype(v)::type;
     const ffi::Error launched = DispatchLanes(plan.shape.team, [&](auto lanes) {
       constexpr int kLanes = decltype(lanes)::value;
-      ShortRowsBackwardKernel<T, W, kLanes, kShortRowsBackwardRows>
+      ShortRowsBackwardKernel<T, W, Y, kLanes, kShortRowsBackwardRows>
           <<<static_cast<unsigned>(plan.groups), kShortRowsThreads, 0, stream>>>(
-              static_cast<const W*>(b.dy.untyped_data()),
+              static_cast<const Y*>(b.dy.untyped_data()),
               static_cast<const float*>(b.inv_rms.untyped_data()),
               static_cast<const T*>(b.x.untyped_data()),
               static_cast<const W*>(b.w.untyped_data()),

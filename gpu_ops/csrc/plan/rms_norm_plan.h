@@ -150,8 +150,8 @@ struct Problem {
   // have kernels for it, and kGeneral's residual kernel takes the other
   // rows.
   bool residual = false;
-  // x is 16-bit and the weight (so y, dy and the weight gradient) float32:
-  // not every path takes that (see above).
+  // x is 16-bit and the weight (so the weight gradient, and y and dy unless
+  // they take x's dtype) float32: not every path takes that (see above).
   bool float32_weight = false;
 };
 
