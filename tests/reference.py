@@ -54,10 +54,11 @@ def jvp(x, weight, dx, dweight, eps=1e-5):
 
 
 def check_op(op, x, weight, dy, eps=1e-5):
-    """Run op(x, weight) and its VJP with cotangent dy; compare all three results."""
+    """Run op(x, weight) and its VJP with cotangent dy; compare all three results
+    (y in its own dtype: the weight's, or x's where op asks for it)."""
     y, pullback = jax.vjp(op, x, weight)
     assert y.shape == x.shape
-    assert_close(y, forward(x, weight, eps), weight.dtype, x.dtype)
+    assert_close(y, forward(x, weight, eps), y.dtype, x.dtype)
     dx, dweight = pullback(dy)
     expected_dx, expected_dweight = vjp(x, weight, dy, eps)
     assert_close(dx, expected_dx, x.dtype, x.dtype)

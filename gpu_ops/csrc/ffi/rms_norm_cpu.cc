@@ -48,7 +48,7 @@ ffi::Error ForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
     return err;
   }
   return ForwardOnRows(x, w, *inv_rms, g, eps,
-                       NormalisedRows{*y, y->element_type() == x.element_type()});
+                       NormalisedRows{*y, x.element_type()});
 }
 
 ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
@@ -63,7 +63,7 @@ ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
     return err;
   }
   return ForwardOnRows(x, w, *inv_rms, g, eps,
-                       NormalisedRows{*y, y->element_type() == x.element_type()}, &residual,
+                       NormalisedRows{*y, x.element_type()}, &residual,
                        &*sum);
 }
 
@@ -143,8 +143,7 @@ ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
         x.element_type(), w.element_type(), [&](auto xt, auto wt) {
           using X = typename decltype(xt)::type;
           using W = typename decltype(wt)::type;
-          const bool dy_in_x_dtype = dy.element_type() == x.element_type();
-          DispatchOutput<X, W>(dy_in_x_dtype, [&](auto tag) {
+          DispatchOutput<X, W>(x.element_type(), dy.element_type(), [&](auto tag) {
             using DY = typename decltype(tag)::type;
             Backward<X, W, X, DY>(
                 static_cast<const DY*>(dy.untyped_data()),

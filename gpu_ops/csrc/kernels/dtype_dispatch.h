@@ -46,12 +46,14 @@ xla::ffi::Error DispatchFloatPair(xla::ffi::DataType x_type,
   });
 }
 
-// Calls fn(TypeTag<Y>{}) for y's (or dy's) C++ type Y: X where
-// `in_x_dtype` (the caller's out_dtype), else the weight's, W.
+// Calls fn(TypeTag<Y>{}) for y's (or dy's) C++ type Y, whose dtype is
+// `out_type`: X where that is x's, `x_type` (the caller's out_dtype), else
+// the weight's, W.
 template <typename X, typename W, typename Fn>
-decltype(auto) DispatchOutput(bool in_x_dtype, Fn&& fn) {
+decltype(auto) DispatchOutput(xla::ffi::DataType x_type, xla::ffi::DataType out_type,
+                              Fn&& fn) {
   if constexpr (!std::is_same_v<X, W>) {
-    if (in_x_dtype) return fn(TypeTag<X>{});
+    if (out_type == x_type) return fn(TypeTag<X>{});
   }
   return fn(TypeTag<W>{});
 }

@@ -564,12 +564,11 @@ template <typename Fn>
 decltype(auto) DispatchRowTypes(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
                                 const ffi::AnyBuffer& out, Fn&& fn) {
   const bool float32_weight = Float32Weight(x, w);
-  const bool out_in_x_dtype = out.element_type() == x.element_type();
   return DispatchFastType(PlanDType(x.element_type()), [&](auto t) {
     using T = typename decltype(t)::type;
     if constexpr (sizeof(T) == 2) {
       if (float32_weight) {
-        return DispatchOutput<T, float>(out_in_x_dtype, [&](auto y) {
+        return DispatchOutput<T, float>(x.element_type(), out.element_type(), [&](auto y) {
           return fn(t, TypeTag<float>{}, y);
         });
       }

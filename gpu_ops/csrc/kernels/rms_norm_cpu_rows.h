@@ -71,18 +71,18 @@ void ForwardRows(const X* x, AccumulatorFor<X>* inv_rms, RowGeometry g,
 // rms_norm_cpu.cc): each makes, for the element types of x and the weight,
 // the function that writes a row.
 
-// y = w * (inv * x), in the weight's dtype, or x's where `in_x_dtype` (the
+// y = w * (inv * x), in y's dtype: the weight's, or x's, `x_type` (the
 // caller's out_dtype).
 struct NormalisedRows {
   ffi::AnyBuffer& y;
-  bool in_x_dtype = false;
+  ffi::DataType x_type = ffi::DataType::INVALID;  // (none: y in the weight's dtype)
 
   template <typename X, typename W>
   auto For(const W* w, int64_t n) const {
     void* out = y.untyped_data();
-    const bool in_x = in_x_dtype;
+    const ffi::DataType x_dtype = x_type, y_dtype = y.element_type();
     return [=](int64_t r, const X* row, double inv) {
-      DispatchOutput<X, W>(in_x, [&](auto tag) {
+      DispatchOutput<X, W>(x_dtype, y_dtype, [&](auto tag) {
         using Y = typename decltype(tag)::type;
         Y* y_row = static_cast<Y*>(out) + r * n;
         for (int64_t c = 0; c < n; ++c) {

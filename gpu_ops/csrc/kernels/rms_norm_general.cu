@@ -146,8 +146,7 @@ ffi::Error GeneralForward(cudaStream_t stream, const ResidualForwardBuffers& b,
       b.x.element_type(), b.w.element_type(), [&](auto xt, auto wt) {
         using X = typename decltype(xt)::type;
         using W = typename decltype(wt)::type;
-        const bool y_in_x_dtype = b.y.element_type() == b.x.element_type();
-        return DispatchOutput<X, W>(y_in_x_dtype, [&](auto yt) {
+        return DispatchOutput<X, W>(b.x.element_type(), b.y.element_type(), [&](auto yt) {
           using Y = typename decltype(yt)::type;
           const auto launch = [&](auto kernel, const X* residual, X* sum) {
             kernel<<<blocks, threads, 0, stream>>>(
@@ -178,8 +177,7 @@ ffi::Error GeneralBackward(cudaStream_t stream, const BackwardBuffers& b,
         using W = typename decltype(wt)::type;
         using A = AccumulatorFor<X>;
         A* partials = static_cast<A*>(b.partials.untyped_data());
-        const bool dy_in_x_dtype = b.dy.element_type() == b.x.element_type();
-        return DispatchOutput<X, W>(dy_in_x_dtype, [&](auto yt) {
+        return DispatchOutput<X, W>(b.x.element_type(), b.dy.element_type(), [&](auto yt) {
           using Y = typename decltype(yt)::type;
           // One block per partial row: the backward's scratch has at most
           // 1024 (cuda_scratch.h).

@@ -52,7 +52,8 @@ int MaxCluster(const DeviceModel& device) { return device.Clusters() ? kMaxClust
 
 // Shared memory for rings whose slots hold `words` 16-byte words beside
 // each 16-byte vector of x (x's one; with dy's, one more, or two of a
-// float32 dy beside 16-bit x).
+// float32 dy beside 16-bit x). A float32 weight's dy may have x's dtype
+// (out_dtype), which the planner does not know: it reserves float32's.
 int RingBytes(const Shape& shape, int words) {
   return words * kStages * shape.vectors * shape.teams * shape.team * 16;
 }
