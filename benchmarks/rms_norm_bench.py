@@ -40,6 +40,7 @@ show the method, not the kernels' speed.
 """
 
 import argparse
+import concurrent.futures
 import datetime
 import functools
 import json
@@ -75,7 +76,7 @@ CPU_CASES = [("bfloat16", 256, 1_024), ("float32", 256, 1_024), ("float32", 32, 
 #: The model-shape set: hidden sizes over tokens from one (decoding) to 65,536
 #: (training, prefill), and QK-norm over head_dim, a row per token and head
 #: (1 to 8,192 tokens of 32 heads); bfloat16, and bfloat16 x with a float32
-#: weight ("bfloat16/float32": x's dtype / the weight's, which y takes).
+#: weight ("bfloat16/float32": x's dtype / the weight's; y is x's, out_dtype).
 MODEL_HIDDEN = (2_048, 4_096, 5_120, 7_168, 8_192, 16_384)
 MODEL_TOKENS = (1, 8, 64, 1_024, 8_192, 65_536)
 MODEL_HEAD_DIMS = (64, 128, 256)
@@ -99,11 +100,11 @@ PATH_CASES = [
 ]
 
 
-def xla_rms_norm(x, weight, eps=1e-5):
+def xla_rms_norm(x, weight, eps=1e-5, out_dtype=None):
     """RMS norm in jax.numpy, which XLA fuses: the baseline to beat."""
     x32 = x.astype(jnp.float32)
     inv = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    return (x32 * inv * weight.astype(jnp.float32)).astype(weight.dtype)
+    return (x32 * inv * weight.astype(jnp.float32)).astype(out_dtype or weight.dtype)
 
 
 #: Where each device's latest results file lives.
@@ -138,12 +139,20 @@ def plan(nbytes, copy_gbps, calls):
     return chain, max(calls, at_least(MIN_RUN_SECONDS / (chain * fastest)))
 
 
+def in_x_dtype(impl):
+    """impl(x, weight) with y in x's dtype: a model that keeps a float32 weight
+    for bfloat16 activations takes y back in bfloat16 for its next matmul."""
+    return lambda x, weight: impl(x, weight, out_dtype=x.dtype)
+
+
 def implementations(on_gpu):
-    impls = {"gpu_ops": gpu_ops.rms_norm, "xla": xla_rms_norm}
-    if on_gpu:  # the seed's kernels exist for CUDA only, and Pallas' are
-        # interpreted elsewhere
+    """The implementations, each a function of (x, weight), y in x's dtype."""
+    impls = {"gpu_ops": in_x_dtype(gpu_ops.rms_norm), "xla": in_x_dtype(xla_rms_norm)}
+    if on_gpu:  # the seed's kernels exist for CUDA only (and take one dtype),
+        # and Pallas' are interpreted elsewhere
         impls["apex_seed"] = apex_seed.rms_norm_apex_seed
-        impls["pallas"] = functools.partial(gpu_ops.rms_norm, implementation="pallas")
+        impls["pallas"] = in_x_dtype(functools.partial(gpu_ops.rms_norm,
+                                                       implementation="pallas"))
     return impls
 
 
@@ -154,13 +163,13 @@ def dtypes_of(dtype):
 
 
 def minimum_bytes(op, dtype, rows, row_len):
-    """Bytes the op must move (shared/DESIGN.md, performance method); y and
-    dy have the weight's dtype, dx x's."""
+    """Bytes the op must move (shared/DESIGN.md, performance method); y, dy
+    and dx have x's dtype, the weight and its gradient the weight's."""
     x_item, w_item = (jnp.dtype(d).itemsize for d in dtypes_of(dtype))
     values, inv = rows * row_len, rows * 4
-    forward = values * (x_item + w_item) + row_len * w_item + inv  # read x, w; write y, inv_rms
+    forward = values * 2 * x_item + row_len * w_item + inv  # read x, w; write y, inv_rms
     # read dy, x, w, inv_rms; write dx, dw
-    backward = values * (w_item + 2 * x_item) + 2 * row_len * w_item + inv
+    backward = values * 3 * x_item + 2 * row_len * w_item + inv
     return forward if op == "fwd" else forward + backward
 
 
@@ -180,10 +189,24 @@ def chained(step, chain=CHAIN):
     return jax.jit(run, donate_argnums=0)
 
 
-def per_op_seconds(step, args, calls, repeats, chain=CHAIN, profile=False):
+def compiled_chains(jobs):
+    """chained(step, chain) compiled for args, for each (step, args, chain) of
+    `jobs`, all at once: XLA compiles without Python's lock, so a case's
+    chains compile side by side in threads, and a run of the model-shape set,
+    whose chains of small ops take longer to compile than to time, fits a
+    GPU machine's time."""
+    def compile_one(job):
+        step, args, chain = job
+        return chained(step, chain).lower(args).compile()
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(jobs))) as pool:
+        return list(pool.map(compile_one, jobs))
+
+
+def per_op_seconds(step, args, calls, repeats, chain=CHAIN, profile=False, compiled=None):
     """Seconds per step, over runs of `calls` chains of `chain` steps; with
     profile, (those seconds, kernel_profile.kernel_times of one more call
-    under the profiler, per step).
+    under the profiler, per step). compiled: chained(step, chain) already
+    compiled for args (compiled_chains).
 
     Each call takes the last one's outputs, so XLA launches the CUDA graph
     it recorded for the chain (its command buffer) as it is. Called on the
@@ -192,9 +215,9 @@ def per_op_seconds(step, args, calls, repeats, chain=CHAIN, profile=False):
     with the chain, and that can take as long as the GPU's work for small
     inputs, so that the host would be timed instead of the kernels.
     """
-    fn = chained(step, chain)
+    fn = compiled or chained(step, chain)
     args = tuple(jnp.copy(a) for a in args)  # the caller's arrays stay valid
-    args = jax.block_until_ready(fn(args))  # compile and warm up
+    args = jax.block_until_ready(fn(args))  # compile (if not compiled) and warm up
     args = jax.block_until_ready(fn(args))
     times = []
     for _ in range(repeats):
@@ -238,25 +261,18 @@ def op_functions(impl):
         y, dy = dy_after_y(y, dy)
         return (y, *pullback(dy))
 
-    # Each step's outputs are the next one's inputs, of the same dtypes, and
-    # the next step reads each result (XLA drops what no later step reads,
-    # barrier or not): y is the next x. Where y has the weight's dtype (a
-    # float32 weight of bfloat16 x), the forward's y goes on converted to x's
-    # dtype, as the matmul after a norm gives it back: XLA fuses that
-    # conversion into its norm, a custom call cannot (gpu_ops.rms_norm's
-    # out_dtype=x.dtype writes y in x's dtype itself; these cases time y in
-    # the weight's, as the results files hold them). The forward +
-    # backward's dx is then the next x, and y the next dy.
+    # Each step's outputs are the next one's inputs, of the same dtypes (y
+    # and dx have x's), and the next step reads each result (XLA drops what
+    # no later step reads, barrier or not): y is the next x, and in the
+    # forward + backward dx the next dy.
     def fwd_step(x, weight, dy):
-        y = fwd(x, weight, dy)
-        return y.astype(x.dtype), weight, dy
+        return fwd(x, weight, dy), weight, dy
 
     def fwd_bwd_step(x, weight, dy):
         y, dx, dweight = fwd_bwd(x, weight, dy)
         # The next step reads all three results; adding 0 * dweight keeps the
         # weight (and the values bounded) while making dweight necessary.
-        weight = weight + 0 * dweight
-        return (y, weight, dx) if y.dtype == x.dtype else (dx, weight, y)
+        return y, weight + 0 * dweight, dx
 
     return {"fwd": (jax.jit(fwd), fwd_step), "fwd_bwd": (jax.jit(fwd_bwd), fwd_bwd_step)}
 
@@ -322,36 +338,38 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
         x_dtype, w_dtype = dtypes_of(dtype)
         x = jax.random.normal(kx, (rows, row_len), jnp.float32).astype(x_dtype)
         weight = (1 + 0.1 * jax.random.normal(kw, (row_len,), jnp.float32)).astype(w_dtype)
-        dy = jax.random.normal(kd, (rows, row_len), jnp.float32).astype(w_dtype)
+        dy = jax.random.normal(kd, (rows, row_len), jnp.float32).astype(x_dtype)
         functions = {name: op_functions(impl) for name, impl in implementations(on_gpu).items()}
-        for op in ("fwd", "fwd_bwd"):
-            expected = functions["xla"][op][0](x, weight, dy)
-            # The forward does not read dy. A scalar in its place keeps the
-            # chain from copying a whole matrix at its end (a jitted
-            # function's outputs that are its inputs are copied).
-            timed_args = (x, weight, dy if op == "fwd_bwd" else jnp.zeros((), w_dtype))
-            for name, fns in functions.items():
-                if timed_impls and name not in timed_impls:
-                    continue
-                checked, step = fns[op]
-                _check(checked(x, weight, dy), expected, name, op)
-                nbytes = minimum_bytes(op, dtype, rows, row_len)
-                chain, case_calls = (plan(nbytes, bandwidth, calls) if on_gpu
-                                     else (CHAIN, calls))
-                timing = per_op_seconds(step, timed_args, case_calls, repeats, chain,
-                                        profile=on_gpu)
-                seconds, kernels = timing if on_gpu else (timing, None)
-                record = {**common, "op": op, "impl": name, "dtype": dtype, "rows": rows,
-                          "row_len": row_len, "median_us": round(seconds * 1e6, 2),
-                          "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 1),
-                          "copy_gbps": round(bandwidth, 1)}
-                if kernels:
-                    record |= kernel_record(kernels)
-                if record_plans and name == "gpu_ops":
-                    record["plan"] = planned_paths((dtype, rows, row_len))
-                records.append(record)
-                out.write_text(json.dumps(records, indent=1) + "\n")
-                print(record_line(record), flush=True)
+        timed = [(op, name) for op in ("fwd", "fwd_bwd") for name in functions
+                 if not timed_impls or name in timed_impls]
+        # The forward does not read dy. A scalar in its place keeps the chain
+        # from copying a whole matrix at its end (a jitted function's outputs
+        # that are its inputs are copied).
+        timed_args = {"fwd": (x, weight, jnp.zeros((), x_dtype)), "fwd_bwd": (x, weight, dy)}
+        nbytes = {op: minimum_bytes(op, dtype, rows, row_len) for op in timed_args}
+        runs = {op: plan(nbytes[op], bandwidth, calls) if on_gpu else (CHAIN, calls)
+                for op in timed_args}
+        compiled = dict(zip(timed, compiled_chains(
+            [(functions[name][op][1], timed_args[op], runs[op][0]) for op, name in timed])))
+        expected = {op: functions["xla"][op][0](x, weight, dy) for op in timed_args}
+        for op, name in timed:
+            checked, step = functions[name][op]
+            _check(checked(x, weight, dy), expected[op], name, op)
+            chain, case_calls = runs[op]
+            timing = per_op_seconds(step, timed_args[op], case_calls, repeats, chain,
+                                    profile=on_gpu, compiled=compiled[op, name])
+            seconds, kernels = timing if on_gpu else (timing, None)
+            record = {**common, "op": op, "impl": name, "dtype": dtype, "rows": rows,
+                      "row_len": row_len, "median_us": round(seconds * 1e6, 2),
+                      "bytes": nbytes[op], "gbps": round(nbytes[op] / seconds / 1e9, 1),
+                      "copy_gbps": round(bandwidth, 1)}
+            if kernels:
+                record |= kernel_record(kernels)
+            if record_plans and name == "gpu_ops":
+                record["plan"] = planned_paths((dtype, rows, row_len))
+            records.append(record)
+            out.write_text(json.dumps(records, indent=1) + "\n")
+            print(record_line(record), flush=True)
     return records
 
 

@@ -8,7 +8,6 @@ import jax
 import numpy as np
 import pytest
 
-import gpu_ops
 from gpu_ops import kernel_plans
 from gpu_ops.kernel_plans import H100, PATHS, kernel_plan
 
@@ -393,15 +392,17 @@ def test_the_model_shape_set_is_where_models_call_the_norm():
 
 @pytest.mark.parametrize("op", ["fwd", "fwd_bwd"])
 def test_a_chain_keeps_the_dtypes_of_a_float32_weight_of_bfloat16_x(op):
-    """y takes the weight's dtype; the chain's next x stays bfloat16, so every
-    step times the case, not a float32 one."""
+    """Every implementation gives y (and dx) in x's dtype, as a model's next
+    matmul takes it: the chain's next x stays bfloat16, so every step times
+    the case, not a float32 one."""
     bench = _load("rms_norm_bench")
-    step = bench.op_functions(bench.xla_rms_norm)[op][1]
     x = jax.numpy.ones((8, 128), jax.numpy.bfloat16)
     weight = jax.numpy.ones((128,), jax.numpy.float32)
-    dy = jax.numpy.ones((8, 128), jax.numpy.float32)
-    outputs = jax.eval_shape(bench.chained(step, 3), (x, weight, dy))
-    assert [o.dtype for o in outputs] == [x.dtype, weight.dtype, dy.dtype]
+    dy = jax.numpy.ones((8, 128), jax.numpy.bfloat16)
+    for name, impl in bench.implementations(on_gpu=False).items():
+        step = bench.op_functions(impl)[op][1]
+        outputs = jax.eval_shape(bench.chained(step, 3), (x, weight, dy))
+        assert [o.dtype for o in outputs] == [x.dtype, weight.dtype, dy.dtype], name
 
 
 @pytest.mark.parametrize("op", ["fwd", "fwd_bwd"])
@@ -410,11 +411,11 @@ def test_every_step_of_a_chain_runs_the_op(op, dtype):
     """XLA drops a step's results that no later step reads, barrier or not:
     each step must read the last one's, or the chain times one op."""
     bench = _load("rms_norm_bench")
-    step = bench.op_functions(gpu_ops.rms_norm)[op][1]
+    step = bench.op_functions(bench.implementations(on_gpu=False)["gpu_ops"])[op][1]
     x_dtype, w_dtype = bench.dtypes_of(dtype)
     x = jax.numpy.ones((8, 128), x_dtype)
     weight = jax.numpy.ones((128,), w_dtype)
-    dy = jax.numpy.ones((8, 128), w_dtype) if op == "fwd_bwd" else jax.numpy.zeros((), w_dtype)
+    dy = jax.numpy.ones((8, 128), x_dtype) if op == "fwd_bwd" else jax.numpy.zeros((), x_dtype)
     hlo = bench.chained(step, 3).lower((x, weight, dy)).compile().as_text()
     for target in ["gpu_ops_rms_norm_fwd", *(["gpu_ops_rms_norm_bwd"] * (op == "fwd_bwd"))]:
         assert hlo.count(f'custom_call_target="{target}"') == 3, target
@@ -423,11 +424,11 @@ def test_every_step_of_a_chain_runs_the_op(op, dtype):
 def test_bytes_of_a_float32_weight_of_bfloat16_x():
     bench = _load("rms_norm_bench")
     rows, n = 4, 128
-    # read x (2 bytes a value) and w (4); write y (4) and inv_rms
-    assert bench.minimum_bytes("fwd", "bfloat16/float32", rows, n) == rows * n * 6 + n * 4 + rows * 4
-    # and the backward: read dy (4), x (2), w, inv_rms; write dx (2), dw
+    # read x (2 bytes a value) and w (4); write y (2, x's dtype) and inv_rms
+    assert bench.minimum_bytes("fwd", "bfloat16/float32", rows, n) == rows * n * 4 + n * 4 + rows * 4
+    # and the backward: read dy (2), x (2), w, inv_rms; write dx (2), dw
     assert bench.minimum_bytes("fwd_bwd", "bfloat16/float32", rows, n) == (
-        rows * n * 6 + n * 4 + rows * 4 + rows * n * 8 + 2 * n * 4 + rows * 4)
+        rows * n * 4 + n * 4 + rows * 4 + rows * n * 6 + 2 * n * 4 + rows * 4)
     assert bench.minimum_bytes("fwd", "bfloat16", rows, n) == 2 * rows * n * 2 + n * 2 + rows * 4
 
 
