@@ -189,24 +189,22 @@ def chained(step, chain=CHAIN):
     return jax.jit(run, donate_argnums=0)
 
 
-def compiled_chains(jobs):
-    """chained(step, chain) compiled for args, for each (step, args, chain) of
-    `jobs`, all at once: XLA compiles without Python's lock, so a case's
-    chains compile side by side in threads, and a run of the model-shape set,
-    whose chains of small ops take longer to compile than to time, fits a
-    GPU machine's time."""
-    def compile_one(job):
-        step, args, chain = job
-        return chained(step, chain).lower(args).compile()
+def compiled_all(jobs):
+    """Each (jitted function, its arguments) of `jobs` compiled for those
+    arguments, all at once: XLA compiles without Python's lock, so a case's
+    functions (each implementation's chains and checks) compile side by side
+    in threads. The chains of the model-shape set's small ops take longer to
+    compile than to time; one after another, a whole run on one GPU outlasted
+    a GPU machine's calls."""
     with concurrent.futures.ThreadPoolExecutor(max(1, len(jobs))) as pool:
-        return list(pool.map(compile_one, jobs))
+        return list(pool.map(lambda job: job[0].lower(*job[1]).compile(), jobs))
 
 
 def per_op_seconds(step, args, calls, repeats, chain=CHAIN, profile=False, compiled=None):
     """Seconds per step, over runs of `calls` chains of `chain` steps; with
     profile, (those seconds, kernel_profile.kernel_times of one more call
     under the profiler, per step). compiled: chained(step, chain) already
-    compiled for args (compiled_chains).
+    compiled for args (compiled_all).
 
     Each call takes the last one's outputs, so XLA launches the CUDA graph
     it recorded for the chain (its command buffer) as it is. Called on the
@@ -349,15 +347,19 @@ def run(cases, calls, repeats, copy_bytes, on_gpu, out, timed_impls=None, done=(
         nbytes = {op: minimum_bytes(op, dtype, rows, row_len) for op in timed_args}
         runs = {op: plan(nbytes[op], bandwidth, calls) if on_gpu else (CHAIN, calls)
                 for op in timed_args}
-        compiled = dict(zip(timed, compiled_chains(
-            [(functions[name][op][1], timed_args[op], runs[op][0]) for op, name in timed])))
-        expected = {op: functions["xla"][op][0](x, weight, dy) for op in timed_args}
+        # XLA's results are the reference of every check, timed or not.
+        jobs = {("check", op, name): (functions[name][op][0], (x, weight, dy))
+                for op in timed_args for name in {"xla", *(n for _, n in timed)}}
+        jobs |= {("chain", op, name): (chained(functions[name][op][1], runs[op][0]),
+                                       (timed_args[op],)) for op, name in timed}
+        compiled = dict(zip(jobs, compiled_all(list(jobs.values()))))
+        expected = {op: compiled["check", op, "xla"](x, weight, dy) for op in timed_args}
         for op, name in timed:
-            checked, step = functions[name][op]
-            _check(checked(x, weight, dy), expected[op], name, op)
+            _check(compiled["check", op, name](x, weight, dy), expected[op], name, op)
             chain, case_calls = runs[op]
-            timing = per_op_seconds(step, timed_args[op], case_calls, repeats, chain,
-                                    profile=on_gpu, compiled=compiled[op, name])
+            timing = per_op_seconds(functions[name][op][1], timed_args[op], case_calls,
+                                    repeats, chain, profile=on_gpu,
+                                    compiled=compiled["chain", op, name])
             seconds, kernels = timing if on_gpu else (timing, None)
             record = {**common, "op": op, "impl": name, "dtype": dtype, "rows": rows,
                       "row_len": row_len, "median_us": round(seconds * 1e6, 2),
@@ -387,10 +389,12 @@ def kernel_record(kernels):
                         for name, ns in kernels["top_kernels"]]}
 
 
-def planned_paths(case):
-    """{direction: kernel path} of a case on this GPU."""
+def planned_paths(case, gpu=None):
+    """{direction: kernel path} of a case on this GPU (or a kernel_plans.GpuModel)."""
     dtype, rows, row_len = case
-    return {d: kernel_plans.kernel_plan(d, (rows, row_len), dtype)["path"]
+    x_dtype, weight_dtype = dtypes_of(dtype)
+    return {d: kernel_plans.kernel_plan(d, (rows, row_len), x_dtype, gpu=gpu,
+                                        weight_dtype=weight_dtype)["path"]
             for d in kernel_plans.DIRECTIONS}
 
 

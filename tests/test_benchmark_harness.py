@@ -112,10 +112,22 @@ def test_harness_leaves_paths_out_only_where_told(tmp_path, capsys):
     assert records and all(r["plan_without"] == "block_rows,row_teams" for r in records)
 
 
+def test_a_case_of_a_float32_weight_is_planned_with_it():
+    """A record names the paths of x's dtype with the weight's: rows of a
+    cluster take the general forward with a float32 weight, row teams
+    without."""
+    bench = _load("rms_norm_bench")
+    rows, row_len = 1_024, 32_768
+    assert bench.planned_paths(("bfloat16/float32", rows, row_len), H100) == {
+        d: kernel_plan(d, (rows, row_len), "bfloat16", H100, weight_dtype="float32")["path"]
+        for d in ("forward", "backward")}
+    assert bench.planned_paths(("bfloat16/float32", rows, row_len), H100)["forward"] == "general"
+    assert bench.planned_paths(("bfloat16", rows, row_len), H100)["forward"] == "row_teams"
+
+
 def test_the_path_cases_take_every_kernel_path_of_an_h100():
     bench = _load("rms_norm_bench")
-    taken = {direction: {kernel_plan(direction, (rows, row_len), dtype, H100)["path"]
-                         for dtype, rows, row_len in bench.PATH_CASES}
+    taken = {direction: {bench.planned_paths(case, H100)[direction] for case in bench.PATH_CASES}
              for direction in ("forward", "backward")}
     assert taken["forward"] == set(PATHS) - {"column_slices", "general"}  # a backward's path
     assert taken["backward"] == {"short_rows", "column_slices", "row_teams"}
@@ -313,9 +325,7 @@ def test_each_path_is_compared_over_the_cases_that_take_it():
     comparison = _load("path_comparison")
 
     def plan_on_h100(case):
-        dtype, rows, row_len = case
-        return {d: kernel_plan(d, (rows, row_len), dtype, H100)["path"]
-                for d in ("forward", "backward")}
+        return bench.planned_paths(case, H100)
 
     taken = {path: comparison.cases_taking(path, bench.PATH_CASES, plan_on_h100)
              for path in comparison.leavable_paths()}
