@@ -265,7 +265,8 @@ def test_forward_of_more_rows_than_the_gpu_holds_blocks_for(dtype, shape):
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_forward_of_one_row_per_1024_thread_block(dtype, shape):
     # 16-bit rows of 16,384 take one 1024-thread block each, two to an SM,
-    # the weight loaded vector by vector at the store (RowForwardKernel);
+    # the weight loaded vector by vector at the store (FastForwardKernel's
+    # kWeightLate);
     # rows of 16,376 leave the last thread's vector out.
     check_random_op(shape, dtype, seed=5)
 

@@ -8,6 +8,7 @@ within the GPU's limits. tests/test_gpu.py runs every path on a real GPU.
 import importlib.util
 import math
 import pathlib
+import re
 
 import hypothesis
 import hypothesis.strategies as st
@@ -52,6 +53,22 @@ def test_each_shape_class_gets_its_kernels(shape, dtype, on_h100, on_a100):
     for gpu, paths in ((H100, on_h100), (A100, on_a100)):
         planned = tuple(kernel_plan(d, shape, dtype, gpu)["path"] for d in ("forward", "backward"))
         assert planned == paths, gpu.name
+
+
+def test_the_plans_name_the_kernels_the_sources_define():
+    """The kernels the plans name are the __global__ functions of
+    gpu_ops/csrc, all of them (the float8 variants run the general ones), and
+    they stay few: a path's kernel is a parameter of an existing one unless
+    it must differ."""
+    csrc = pathlib.Path(__file__).resolve().parents[1] / "gpu_ops" / "csrc"
+    source = "\n".join(p.read_text() for p in sorted(csrc.rglob("*.cu*")))
+    # (every kernel's name ends in Kernel, as the profiles' names do)
+    defined = set(re.findall(r"__global__ [^;{]*?\b(\w+Kernel)\(", source))
+    named = {name for shape, dtype, _, _ in CLASSES for gpu in (H100, A100)
+             for d in ("forward", "backward")
+             for name in kernel_plan(d, shape, dtype, gpu)["kernels"]}
+    assert named == defined
+    assert len(defined) <= 10
 
 
 def test_long_rows_take_clusters_only_where_the_gpu_has_them():

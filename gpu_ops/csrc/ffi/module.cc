@@ -75,8 +75,8 @@ py::list PlanKernels(gpu_ops::Path path, bool forward) {
       break;
     case Path::kColumnSlices: names = {"ColumnSlicesBackwardKernel"}; break;
     case Path::kFewRows:
-    case Path::kBlockRows: names = {"FastForwardKernel"}; break;
-    case Path::kWideRows: names = {"RowForwardKernel"}; break;
+    case Path::kBlockRows:
+    case Path::kWideRows: names = {"FastForwardKernel"}; break;
     case Path::kRowTeams:
       names = forward ? std::vector{"ClusterForwardKernel"}
                       : std::vector{"FastBackwardKernel", "SumPartialsKernel"};

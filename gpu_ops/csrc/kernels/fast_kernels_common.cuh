@@ -1,6 +1,7 @@
 // Device code shared by the fast kernels: rows of whole 16-byte vectors
 // (Pack), spread over threads (Shape, Place) that add up their values
-// together (TeamSum), and the weight gradient's partial sums (SumPartials).
+// together (TeamSum), and their weight gradient's partial rows (StorePartials;
+// sum_partials.cuh adds them up).
 // Used by rms_norm_fast.cu (a row per thread team), rms_norm_short_rows.cu
 // and rms_norm_column_slices.cu.
 #ifndef GPU_OPS_FAST_KERNELS_COMMON_CUH_
@@ -22,6 +23,7 @@
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dtype_dispatch.h"
 #include "kernels/row_geometry.h"
+#include "kernels/sum_partials.cuh"
 
 // Everything here is inline or a template: each file that includes this
 // header may use it, and the linker keeps one copy.
@@ -311,7 +313,8 @@ __device__ __forceinline__ float SumSquares(const P (&v)[kVectors]) {
 }
 
 // Writes this thread's vectors of y = w * (inv * x) into the row at `y`
-// (the weight's values beside each vector of x in PW, y's in PY).
+// (the weight's values beside each vector of x in PW, y's in PY), with the
+// weight's vectors held in registers (wv)...
 template <int kVectors, typename P, typename PW, typename PY>
 __device__ void StoreNormalised(const P (&xv)[kVectors],
                                 const PW (&wv)[kVectors], float inv,
@@ -321,6 +324,32 @@ __device__ void StoreNormalised(const P (&xv)[kVectors],
   StoreVectors<kVectors>(y, row_vectors, at, [&](int k, int e) {
     return Element(wv[k], e) * (inv * Element(xv[k], e));
   });
+}
+
+// ... or loaded from the weight's row (from L1 or L2), each vector just
+// before the store that needs it, so that none holds registers before.
+template <typename PW>
+struct LateWeight {
+  const PW* __restrict__ row;
+};
+
+template <int kVectors, typename P, typename PW, typename PY>
+__device__ void StoreNormalised(const P (&xv)[kVectors], LateWeight<PW> w, float inv,
+                                PY* __restrict__ y, int row_vectors, const Place& at) {
+  static_assert(P::kSize == PW::kSize && P::kSize == PY::kSize, "values beside x's");
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k) {
+    const int c = at.first + k * at.stride;
+    if (c < row_vectors) {
+      const PW wk = w.row[c];
+      PY out;
+#pragma unroll
+      for (int e = 0; e < P::kSize; ++e) {
+        out.v[e] = Storage<typename PY::Type>::From(Element(wk, e) * (inv * Element(xv[k], e)));
+      }
+      y[c] = out;
+    }
+  }
 }
 
 // Writes this thread's vectors of dx = inv * (dy*w - x * correction) into
@@ -357,69 +386,6 @@ __device__ void StorePartials(const float (&dw)[kVectors][kSize],
       }
     }
   }
-}
-
-__device__ __forceinline__ void AddTo(float4& sum, float4 v) {
-  sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-}
-
-// dw = the column sums of partials (num_partials rows of row_vectors float4s).
-// A block is blockDim.x float4 columns by blockDim.y lanes (a power of two):
-// lane l adds up partial rows l, l + blockDim.y, ...; then the lanes' sums
-// are added up pairwise in shared memory, always in the same order.
-template <typename T>
-__global__ void __launch_bounds__(kMaxThreads)
-    SumPartialsKernel(const float4* __restrict__ partials, T* __restrict__ dw,
-                      int64_t num_partials, int64_t row_vectors) {
-  __shared__ float4 sums[kMaxThreads];  // [blockDim.y][blockDim.x]
-  WaitForPreviousKernel();  // the backward that wrote the partial rows
-  const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  float4 sum = make_float4(0, 0, 0, 0);
-  if (col < row_vectors) {
-#pragma unroll 4
-    for (int64_t p = threadIdx.y; p < num_partials; p += blockDim.y) {
-      AddTo(sum, partials[p * row_vectors + col]);
-    }
-  }
-  const int slot = threadIdx.y * blockDim.x + threadIdx.x;
-  sums[slot] = sum;
-  for (int half = blockDim.y / 2; half > 0; half /= 2) {
-    __syncthreads();
-    if (threadIdx.y < half) AddTo(sums[slot], sums[slot + half * blockDim.x]);
-  }
-  if (threadIdx.y == 0 && col < row_vectors) {
-    const float4 total = sums[slot];
-    T* out = dw + 4 * col;
-    out[0] = Storage<T>::From(total.x);
-    out[1] = Storage<T>::From(total.y);
-    out[2] = Storage<T>::From(total.z);
-    out[3] = Storage<T>::From(total.w);
-  }
-}
-
-// dw = the sum of the rows of `partials` (num_partials, row_length), with
-// row_length a multiple of 4 (whole 16-byte vectors of T). Each lane adds up
-// about 4 partial rows, with up to 128 lanes per column: the loads of a
-// thread are independent, so many are in flight at once. A block takes at
-// most 32 columns (a warp's 512 bytes of each partial row), so that the
-// few partial rows of a small batch still spread over many SMs.
-template <typename T>
-ffi::Error SumPartials(cudaStream_t stream, const float* partials, T* dw,
-                       int64_t num_partials, int64_t row_length) {
-  if (row_length % 4 != 0) {
-    return ffi::Error::Internal(
-        "gpu_ops rms_norm: weight-gradient rows must be whole float4 vectors");
-  }
-  int lanes = 1;
-  while (lanes < 128 && lanes * 4 < num_partials) lanes *= 2;
-  const dim3 block(std::min(kWarpSize, kMaxThreads / lanes), lanes);
-  const int64_t row_vectors = row_length / 4;
-  return LaunchDependent(stream,
-                         GridSize(CeilDiv(row_vectors, block.x), kMaxGrid),
-                         block, "launching the weight-gradient reduction kernel",
-                         SumPartialsKernel<T>,
-                         reinterpret_cast<const float4*>(partials), dw,
-                         num_partials, row_vectors);
 }
 
 // Launch settings for `blocks` blocks (or clusters of blocks) of `shape`

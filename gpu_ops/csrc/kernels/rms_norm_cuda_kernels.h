@@ -10,7 +10,9 @@
 // - rms_norm_general.cu: every dtype pair and row length (kGeneral), with a
 //   residual add too;
 // - rms_norm_fp8.cu: the forward quantised to float8, any dtypes;
-// - rms_norm_from_fp8.cu: the norm of a float8 input, forward and backward.
+// - rms_norm_from_fp8.cu: the norm of a float8 input, forward and backward;
+// the last three run the general kernels (general_rows.cuh), every backward
+// ends with sum_partials.cuh.
 //
 // Buffers have been validated (rms_norm_checks.h) and rows > 0.
 #ifndef GPU_OPS_RMS_NORM_CUDA_KERNELS_H_

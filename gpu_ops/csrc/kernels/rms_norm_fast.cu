@@ -126,9 +126,9 @@ __device__ __noinline__ float InverseRms(float total, float inv_row_length,
 // The block adds up the squares of each of its rows (one barrier for all of
 // them, through warp_sums), then writes y = w * (x * inv) and inv_rms for
 // the rows that exist.
-template <int kRows, int kVectors, typename P, typename PW, typename PY>
-__device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
-                              const PW (&wv)[kVectors],
+// The weight is its vectors in registers, or a LateWeight (StoreNormalised).
+template <int kRows, int kVectors, typename P, typename Weight, typename PY>
+__device__ void NormaliseRows(const P (&xv)[kRows][kVectors], const Weight& weight,
                               float (&warp_sums)[kRows][kMaxThreads / kWarpSize],
                               int64_t first, int64_t rows, int row_vectors,
                               float inv_row_length, float eps,
@@ -148,7 +148,7 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
     const float total = WarpSum(lane < warps ? warp_sums[r][lane] : 0.0f);
     const float inv = InverseRms(total, inv_row_length, eps);
     if (first + r < rows) {
-      StoreNormalised(xv[r], wv, inv, y + (first + r) * row_vectors,
+      StoreNormalised(xv[r], weight, inv, y + (first + r) * row_vectors,
                       row_vectors, at);
       if (threadIdx.x == 0) inv_rms[first + r] = inv;
     }
@@ -174,14 +174,26 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors],
 // few-rows plans agree with the GPU's whatever registers ptxas gives it.
 // A float32 weight W of 16-bit x (y then float32, or x's dtype: Y) doubles
 // the weight's registers: those instances take up to 64.
-template <typename T, typename W, typename Y, int kVectors, int kRows, bool kResidual = false>
-__global__ void __maxnreg__(kVectors * kRows == 1 ? 32
-                                                  : (sizeof(T) == 2 && sizeof(W) == 2 ? 40 : 64))
+// kWeightLate, for a row a block of more than 512 threads (16-bit rows of
+// 16,384, the planner's wide rows): with the weight in registers too, such a
+// block would take over 32 registers a thread, so an SM would hold one, and
+// while it waits at its barrier or stores, nothing loads: an H100 hardly
+// notices, an H200, with more bandwidth to fill, does. Instead a thread
+// keeps only its vectors of x and loads each vector of the weight just
+// before the store that needs it: at most 32 registers (the build fails on a
+// spill), so an SM holds two blocks, and one block's loads run while the
+// other adds up and writes.
+template <typename T, typename W, typename Y, int kVectors, int kRows, bool kResidual = false,
+          bool kWeightLate = false>
+__global__ void __maxnreg__(kWeightLate || kVectors * kRows == 1
+                                ? 32
+                                : (sizeof(T) == 2 && sizeof(W) == 2 ? 40 : 64))
     FastForwardKernel(const T* __restrict__ x, const W* __restrict__ w,
                       Y* __restrict__ y, float* __restrict__ inv_rms,
                       int64_t rows, int row_vectors, float inv_row_length,
                       float eps, const T* __restrict__ residual,
                       T* __restrict__ sum) {
+  static_assert(!kWeightLate || (kRows == 1 && !kResidual), "a row a block, no residual");
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
   using PY = PackBeside<T, Y>;
@@ -214,60 +226,16 @@ __global__ void __maxnreg__(kVectors * kRows == 1 ? 32
       }
     }
   }
-  PW wv[kVectors];
-  LoadVectors(reinterpret_cast<const PW*>(w), row_vectors, at, wv);
-  NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, inv_row_length,
-                eps, reinterpret_cast<PY*>(y), inv_rms, at);
-}
-
-// The forward of one row per block, for blocks of more than 512 threads
-// (16-bit rows of 16,384). FastForwardKernel would give such a block two
-// rows in up to 40 registers a thread, so an SM would hold one block, and
-// while it waits at its barrier or stores, nothing loads: an H100 hardly
-// notices, an H200, with more bandwidth to fill, does. Here a thread keeps
-// only its vectors of x and loads each vector of the weight (from L1 or L2)
-// just before the store that needs it: at most 32 registers (the build
-// fails on a spill), so an SM holds two blocks, and one block's loads run
-// while the other adds up and writes.
-template <typename T, typename W, typename Y, int kVectors>
-__global__ void __launch_bounds__(kMaxThreads, 2)
-    RowForwardKernel(const T* __restrict__ x, const W* __restrict__ w,
-                     Y* __restrict__ y, float* __restrict__ inv_rms,
-                     int row_vectors, float inv_row_length, float eps) {
-  using P = Pack<T>;
-  using PW = PackBeside<T, W>;
-  using PY = PackBeside<T, Y>;
-  __shared__ float warp_sums[kMaxThreads / kWarpSize];
-  const Place at{0, 0, static_cast<int>(threadIdx.x),
-                 static_cast<int>(blockDim.x)};
-  const int64_t row = blockIdx.x;
-  P xv[kVectors];
-  LoadVectors(reinterpret_cast<const P*>(x) + row * row_vectors, row_vectors,
-              at, xv);
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const float sum_squares = WarpSum(SumSquares(xv));
-  if (lane == 0) warp_sums[warp] = sum_squares;
-  __syncthreads();
-  const int warps = blockDim.x / kWarpSize;
-  const float total = WarpSum(lane < warps ? warp_sums[lane] : 0.0f);
-  const float inv = InverseRms(total, inv_row_length, eps);
   const PW* wp = reinterpret_cast<const PW*>(w);
-  PY* yp = reinterpret_cast<PY*>(y) + row * row_vectors;
-#pragma unroll
-  for (int k = 0; k < kVectors; ++k) {
-    const int c = at.first + k * at.stride;
-    if (c < row_vectors) {
-      const PW wk = wp[c];
-      PY out;
-#pragma unroll
-      for (int e = 0; e < P::kSize; ++e) {
-        out.v[e] = Storage<Y>::From(Element(wk, e) * (inv * Element(xv[k], e)));
-      }
-      yp[c] = out;
-    }
+  if constexpr (kWeightLate) {
+    NormaliseRows(xv, LateWeight<PW>{wp}, warp_sums, first, rows, row_vectors, inv_row_length, eps,
+                  reinterpret_cast<PY*>(y), inv_rms, at);
+  } else {
+    PW wv[kVectors];
+    LoadVectors(wp, row_vectors, at, wv);
+    NormaliseRows(xv, wv, warp_sums, first, rows, row_vectors, inv_row_length, eps,
+                  reinterpret_cast<PY*>(y), inv_rms, at);
   }
-  if (threadIdx.x == 0) inv_rms[row] = inv;
 }
 
 // The forward for rows spread over a cluster of blocks (rows too long for
@@ -561,9 +529,10 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
             constexpr int kVectors = decltype(vectors)::value;
             if constexpr (!kResidual && sizeof(T) == 2) {
               if (plan.path == Path::kWideRows) {
-                RowForwardKernel<T, W, Y, kVectors>
+                FastForwardKernel<T, W, Y, kVectors, 1, false, true>
                     <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
-                        x, w, y, inv_rms, row_vectors, inv_row_length, epsilon);
+                        x, w, y, inv_rms, g.rows, row_vectors, inv_row_length, epsilon,
+                        nullptr, nullptr);
                 return CheckLaunch(what);
               }
             }

@@ -156,7 +156,7 @@ std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, Pa
 }
 
 // Why 16-bit rows of more than 512 threads a block do not get a block each
-// (RowForwardKernel), or nullptr where they do.
+// (FastForwardKernel, its weight loaded late), or nullptr where they do.
 const char* NotWideRows(const Problem& p, const Shape& shape, PathSet without) {
   if (p.residual) return kNoResidualKernel;
   if (Contains(without, Path::kWideRows)) return kLeftOut;
@@ -178,7 +178,7 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
   Plan plan;
   plan.shape = *shape;
   // 16-bit rows in blocks of more than 512 threads: one row a block, so that
-  // an SM holds two blocks (RowForwardKernel).
+  // an SM holds two blocks (FastForwardKernel, its weight loaded late).
   if (const char* why = NotWideRows(p, *shape, without)) {
     Refuse(refused, Path::kWideRows, why);
   } else {
