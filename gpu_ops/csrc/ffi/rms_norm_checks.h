@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/call_buffers.h"
 #include "kernels/row_geometry.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -114,20 +115,6 @@ inline ffi::AnyBuffer::Dimensions LeadingDims(const ffi::AnyBuffer& x,
   return x.dimensions().first(x.dimensions().size() - w.dimensions().size());
 }
 
-inline ffi::Error CheckForwardBuffers(const ffi::AnyBuffer& x,
-                                      const ffi::AnyBuffer& w, double eps,
-                                      const ffi::AnyBuffer& y,
-                                      const ffi::AnyBuffer& inv_rms,
-                                      RowGeometry* geometry) {
-  if (auto err = CheckInputs(x, w, eps, geometry); err.failure()) return err;
-  if (auto err = ExpectBuffer("y", y, OutputType(x, w, y), x.dimensions());
-      err.failure()) {
-    return err;
-  }
-  return ExpectBuffer("inv_rms", inv_rms, InvRmsType(x.element_type()),
-                      LeadingDims(x, w));
-}
-
 // The residual add's operand and result (x + residual): x's dtype and shape.
 inline ffi::Error CheckResidualBuffers(const ffi::AnyBuffer& x,
                                        const ffi::AnyBuffer& residual,
@@ -140,42 +127,16 @@ inline ffi::Error CheckResidualBuffers(const ffi::AnyBuffer& x,
   return ExpectBuffer("x + residual", sum, x.element_type(), x.dimensions());
 }
 
-// The forward's buffers, and the residual add's.
-inline ffi::Error CheckResidualForwardBuffers(
-    const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
-    const ffi::AnyBuffer& residual, double eps, const ffi::AnyBuffer& y,
-    const ffi::AnyBuffer& inv_rms, const ffi::AnyBuffer& sum,
-    RowGeometry* geometry) {
-  if (auto err = CheckForwardBuffers(x, w, eps, y, inv_rms, geometry);
-      err.failure()) {
-    return err;
-  }
-  return CheckResidualBuffers(x, residual, sum);
-}
-
-// The forward quantised to float8_e4m3fn: values of x's shape, and a float32
-// scale per group of kFloat8Group values of a row (weight of one dimension,
-// a multiple of kFloat8Group long).
-inline ffi::Error CheckQuantisedForwardBuffers(
-    const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, double eps,
-    const ffi::AnyBuffer& values, const ffi::AnyBuffer& inv_rms,
-    const ffi::AnyBuffer& scales, RowGeometry* geometry) {
-  if (auto err = CheckInputs(x, w, eps, geometry); err.failure()) return err;
-  if (w.dimensions().size() != 1 || geometry->row_length % kFloat8Group != 0) {
-    return Invalid("a quantised forward needs a weight of one dimension, a "
-                   "multiple of " + std::to_string(kFloat8Group) +
-                   " long; got shape " + DimsToString(w.dimensions()));
-  }
-  const auto dims = x.dimensions();
-  std::vector<int64_t> scale_dims(dims.begin(), dims.end());
-  scale_dims.back() = geometry->row_length / kFloat8Group;
+// The forward's buffers, and the residual add's where b has one.
+inline ffi::Error CheckForward(const ResidualForwardBuffers& b, double eps,
+                               RowGeometry* geometry) {
+  if (auto err = CheckInputs(b.x, b.w, eps, geometry); err.failure()) return err;
   const ffi::Error checks[] = {
-      ExpectBuffer("values", values, ffi::DataType::F8E4M3FN, dims),
-      ExpectBuffer("inv_rms", inv_rms, InvRmsType(x.element_type()),
-                   LeadingDims(x, w)),
-      ExpectBuffer("scales", scales, ffi::DataType::F32,
-                   ffi::AnyBuffer::Dimensions(scale_dims.data(),
-                                              scale_dims.size())),
+      ExpectBuffer("y", b.y, OutputType(b.x, b.w, b.y), b.x.dimensions()),
+      ExpectBuffer("inv_rms", b.inv_rms, InvRmsType(b.x.element_type()),
+                   LeadingDims(b.x, b.w)),
+      b.residual == nullptr ? ffi::Error::Success()
+                            : CheckResidualBuffers(b.x, *b.residual, *b.sum),
   };
   for (const ffi::Error& err : checks) {
     if (err.failure()) return err;
@@ -183,41 +144,39 @@ inline ffi::Error CheckQuantisedForwardBuffers(
   return ffi::Error::Success();
 }
 
-// The quantised forward's buffers, and the residual add's.
-inline ffi::Error CheckResidualQuantisedForwardBuffers(
-    const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
-    const ffi::AnyBuffer& residual, double eps, const ffi::AnyBuffer& values,
-    const ffi::AnyBuffer& inv_rms, const ffi::AnyBuffer& scales,
-    const ffi::AnyBuffer& sum, RowGeometry* geometry) {
-  if (auto err = CheckQuantisedForwardBuffers(x, w, eps, values, inv_rms,
-                                              scales, geometry);
-      err.failure()) {
-    return err;
+// The forward quantised to float8_e4m3fn: values of x's shape, and a float32
+// scale per group of kFloat8Group values of a row (weight of one dimension,
+// a multiple of kFloat8Group long); the residual add's buffers where b has
+// them; and where b has a float32 scale per row given (row_scales, of x's
+// leading shape), `scales` holds each group's largest |y|, for the caller's
+// next scale.
+inline ffi::Error CheckQuantisedForward(const QuantisedForwardBuffers& b, double eps,
+                                        RowGeometry* geometry) {
+  if (auto err = CheckInputs(b.x, b.w, eps, geometry); err.failure()) return err;
+  if (b.w.dimensions().size() != 1 || geometry->row_length % kFloat8Group != 0) {
+    return Invalid("a quantised forward needs a weight of one dimension, a "
+                   "multiple of " + std::to_string(kFloat8Group) +
+                   " long; got shape " + DimsToString(b.w.dimensions()));
   }
-  return CheckResidualBuffers(x, residual, sum);
-}
-
-// The quantised forward's buffers with a float32 scale per row given
-// (row_scales, of x's leading shape), the residual add's where `residual`
-// and `sum` are given. The scales result then holds each group's largest
-// |y|, for the caller's next scale.
-inline ffi::Error CheckScaledQuantisedForwardBuffers(
-    const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
-    const ffi::AnyBuffer& row_scales, double eps, const ffi::AnyBuffer& values,
-    const ffi::AnyBuffer& inv_rms, const ffi::AnyBuffer& largest,
-    RowGeometry* geometry, const ffi::AnyBuffer* residual = nullptr,
-    const ffi::AnyBuffer* sum = nullptr) {
-  if (auto err = residual == nullptr
-                     ? CheckQuantisedForwardBuffers(x, w, eps, values, inv_rms,
-                                                    largest, geometry)
-                     : CheckResidualQuantisedForwardBuffers(
-                           x, w, *residual, eps, values, inv_rms, largest,
-                           *sum, geometry);
-      err.failure()) {
-    return err;
+  const auto dims = b.x.dimensions();
+  std::vector<int64_t> scale_dims(dims.begin(), dims.end());
+  scale_dims.back() = geometry->row_length / kFloat8Group;
+  const ffi::Error checks[] = {
+      ExpectBuffer("values", b.values, ffi::DataType::F8E4M3FN, dims),
+      ExpectBuffer("inv_rms", b.inv_rms, InvRmsType(b.x.element_type()),
+                   LeadingDims(b.x, b.w)),
+      ExpectBuffer("scales", b.scales, ffi::DataType::F32,
+                   ffi::AnyBuffer::Dimensions(scale_dims.data(), scale_dims.size())),
+      b.residual == nullptr ? ffi::Error::Success()
+                            : CheckResidualBuffers(b.x, *b.residual, *b.sum),
+      b.row_scales == nullptr ? ffi::Error::Success()
+                              : ExpectBuffer("row_scales", *b.row_scales, ffi::DataType::F32,
+                                             LeadingDims(b.x, b.w)),
+  };
+  for (const ffi::Error& err : checks) {
+    if (err.failure()) return err;
   }
-  return ExpectBuffer("row_scales", row_scales, ffi::DataType::F32,
-                      LeadingDims(x, w));
+  return ffi::Error::Success();
 }
 
 inline ffi::Error CheckBackwardBuffers(

@@ -6,6 +6,7 @@
 
 #include "ffi/rms_norm_checks.h"
 #include "ffi/rms_norm_handlers.h"
+#include "kernels/call_buffers.h"
 #include "kernels/cpu_half_types.h"
 #include "kernels/dtype_dispatch.h"
 #include "kernels/rms_norm_cpu_rows.h"
@@ -22,10 +23,9 @@ ffi::Error DispatchCpu(ffi::DataType x_type, ffi::DataType w_type, Fn&& fn) {
 // into `output` (NormalisedRows or QuantisedRows).
 template <typename Output>
 ffi::Error ForwardOnRows(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
-                         ffi::AnyBuffer& inv_rms, RowGeometry g, double eps,
-                         const Output& output,
-                         const ffi::AnyBuffer* residual = nullptr,
-                         ffi::AnyBuffer* sum = nullptr) {
+                         const ffi::AnyBuffer& inv_rms, RowGeometry g, double eps,
+                         const Output& output, const ffi::AnyBuffer* residual,
+                         const ffi::AnyBuffer* sum) {
   return DispatchCpu(x.element_type(), w.element_type(), [&](auto xt, auto wt) {
     using X = typename decltype(xt)::type;
     using W = typename decltype(wt)::type;
@@ -39,45 +39,40 @@ ffi::Error ForwardOnRows(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
   });
 }
 
-ffi::Error ForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
-                      ffi::Result<ffi::AnyBuffer> y,
-                      ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
+// The forward, with a residual add where b has one.
+ffi::Error ForwardOnCpu(const ResidualForwardBuffers& b, double eps) {
   RowGeometry g;
-  if (auto err = CheckForwardBuffers(x, w, eps, *y, *inv_rms, &g);
-      err.failure()) {
-    return err;
-  }
-  return ForwardOnRows(x, w, *inv_rms, g, eps,
-                       NormalisedRows{*y, x.element_type()});
+  if (auto err = CheckForward(b, eps, &g); err.failure()) return err;
+  return ForwardOnRows(b.x, b.w, b.inv_rms, g, eps, NormalisedRows{b.y, b.x.element_type()},
+                       b.residual, b.sum);
 }
 
-ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
-                              ffi::AnyBuffer residual,
+// The forward quantised to float8, with the variants b has (a residual add,
+// a given scale per row).
+ffi::Error QuantisedForwardOnCpu(const QuantisedForwardBuffers& b, double eps) {
+  RowGeometry g;
+  if (auto err = CheckQuantisedForward(b, eps, &g); err.failure()) return err;
+  return ForwardOnRows(b.x, b.w, b.inv_rms, g, eps,
+                       QuantisedRows{b.values, b.scales, b.row_scales}, b.residual, b.sum);
+}
+
+ffi::Error ForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> y,
+                      ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
+  return ForwardOnCpu({x, w, *y, *inv_rms}, eps);
+}
+
+ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer residual,
                               ffi::Result<ffi::AnyBuffer> y,
                               ffi::Result<ffi::AnyBuffer> inv_rms,
                               ffi::Result<ffi::AnyBuffer> sum, double eps) {
-  RowGeometry g;
-  if (auto err = CheckResidualForwardBuffers(x, w, residual, eps, *y, *inv_rms,
-                                             *sum, &g);
-      err.failure()) {
-    return err;
-  }
-  return ForwardOnRows(x, w, *inv_rms, g, eps,
-                       NormalisedRows{*y, x.element_type()}, &residual,
-                       &*sum);
+  return ForwardOnCpu({x, w, *y, *inv_rms, &residual, &*sum}, eps);
 }
 
 ffi::Error QuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
                                ffi::Result<ffi::AnyBuffer> values,
                                ffi::Result<ffi::AnyBuffer> inv_rms,
                                ffi::Result<ffi::AnyBuffer> scales, double eps) {
-  RowGeometry g;
-  if (auto err = CheckQuantisedForwardBuffers(x, w, eps, *values, *inv_rms,
-                                              *scales, &g);
-      err.failure()) {
-    return err;
-  }
-  return ForwardOnRows(x, w, *inv_rms, g, eps, QuantisedRows{*values, *scales});
+  return QuantisedForwardOnCpu({x, w, *values, *inv_rms, *scales}, eps);
 }
 
 ffi::Error ResidualQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
@@ -85,32 +80,17 @@ ffi::Error ResidualQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
                                        ffi::Result<ffi::AnyBuffer> values,
                                        ffi::Result<ffi::AnyBuffer> inv_rms,
                                        ffi::Result<ffi::AnyBuffer> scales,
-                                       ffi::Result<ffi::AnyBuffer> sum,
-                                       double eps) {
-  RowGeometry g;
-  if (auto err = CheckResidualQuantisedForwardBuffers(
-          x, w, residual, eps, *values, *inv_rms, *scales, *sum, &g);
-      err.failure()) {
-    return err;
-  }
-  return ForwardOnRows(x, w, *inv_rms, g, eps, QuantisedRows{*values, *scales},
-                       &residual, &*sum);
+                                       ffi::Result<ffi::AnyBuffer> sum, double eps) {
+  return QuantisedForwardOnCpu({x, w, *values, *inv_rms, *scales, &residual, &*sum}, eps);
 }
 
 ffi::Error ScaledQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
                                      ffi::AnyBuffer row_scales,
                                      ffi::Result<ffi::AnyBuffer> values,
                                      ffi::Result<ffi::AnyBuffer> inv_rms,
-                                     ffi::Result<ffi::AnyBuffer> largest,
-                                     double eps) {
-  RowGeometry g;
-  if (auto err = CheckScaledQuantisedForwardBuffers(x, w, row_scales, eps, *values,
-                                                    *inv_rms, *largest, &g);
-      err.failure()) {
-    return err;
-  }
-  return ForwardOnRows(x, w, *inv_rms, g, eps,
-                       QuantisedRows{*values, *largest, &row_scales});
+                                     ffi::Result<ffi::AnyBuffer> largest, double eps) {
+  return QuantisedForwardOnCpu(
+      {x, w, *values, *inv_rms, *largest, nullptr, nullptr, &row_scales}, eps);
 }
 
 ffi::Error ResidualScaledQuantisedForwardCpu(
@@ -118,15 +98,8 @@ ffi::Error ResidualScaledQuantisedForwardCpu(
     ffi::AnyBuffer row_scales, ffi::Result<ffi::AnyBuffer> values,
     ffi::Result<ffi::AnyBuffer> inv_rms, ffi::Result<ffi::AnyBuffer> largest,
     ffi::Result<ffi::AnyBuffer> sum, double eps) {
-  RowGeometry g;
-  if (auto err = CheckScaledQuantisedForwardBuffers(
-          x, w, row_scales, eps, *values, *inv_rms, *largest, &g, &residual, &*sum);
-      err.failure()) {
-    return err;
-  }
-  return ForwardOnRows(x, w, *inv_rms, g, eps,
-                       QuantisedRows{*values, *largest, &row_scales}, &residual,
-                       &*sum);
+  return QuantisedForwardOnCpu(
+      {x, w, *values, *inv_rms, *largest, &residual, &*sum, &row_scales}, eps);
 }
 
 ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,

@@ -42,19 +42,20 @@ class CurrentGpu final : public DeviceModel {
 };
 
 ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
-                         const ForwardBuffers& b, RowGeometry g, double eps) {
+                         const ResidualForwardBuffers& b, RowGeometry g, double eps) {
   switch (plan.path) {
-    case Path::kShortRows: return LaunchShortRowsForward(stream, plan, b, g, eps);
+    case Path::kShortRows:  // (which has no residual add)
+      return LaunchShortRowsForward(stream, plan, {b.x, b.w, b.y, b.inv_rms}, g, eps);
     case Path::kFewRows:
     case Path::kWideRows:
     case Path::kBlockRows:
     case Path::kRowTeams:
-      return LaunchRowsForward(stream, plan, {b.x, b.w, b.y, b.inv_rms}, g, eps);
+      return LaunchRowsForward(stream, plan, b, g, eps);
     case Path::kColumnSlices:  // the backward's alone
       return ffi::Error::Internal("gpu_ops rms_norm: no forward kernel for plan column_slices");
     case Path::kGeneral: break;
   }
-  return GeneralForward(stream, {b.x, b.w, b.y, b.inv_rms}, g, eps);
+  return GeneralForward(stream, b, g, eps);
 }
 
 ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
@@ -81,20 +82,33 @@ Problem ProblemOf(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, RowGeometry 
 }
 
 // [forward-handler]
-ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
-                       ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> y,
-                       ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
+// The forward, with a residual add where b has one.
+ffi::Error ForwardOnCuda(cudaStream_t stream, const ResidualForwardBuffers& b, double eps) {
   RowGeometry g;
-  if (auto err = CheckForwardBuffers(x, w, eps, *y, *inv_rms, &g);
-      err.failure()) {
-    return err;
-  }
+  if (auto err = CheckForward(b, eps, &g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
-  const Problem problem = ProblemOf(x, w, g, FastBuffers(x, w, *y, *inv_rms));
-  return LaunchForward(stream, PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans()),
-                       {x, w, *y, *inv_rms}, g, eps);
+  const bool fast_buffers =
+      FastBuffers(b.x, b.w, b.y, b.inv_rms) &&
+      (b.residual == nullptr || FastBuffers(b.x, b.w, *b.residual, *b.sum));
+  Problem problem = ProblemOf(b.x, b.w, g, fast_buffers);
+  problem.residual = b.residual != nullptr;
+  return LaunchForward(stream, PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans()), b,
+                       g, eps);
+}
+
+ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                       ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> inv_rms,
+                       double eps) {
+  return ForwardOnCuda(stream, {x, w, *y, *inv_rms}, eps);
 }
 // [forward-handler-end]
+
+ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                               ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> y,
+                               ffi::Result<ffi::AnyBuffer> inv_rms,
+                               ffi::Result<ffi::AnyBuffer> sum, double eps) {
+  return ForwardOnCuda(stream, {x, w, *y, *inv_rms, &residual, &*sum}, eps);
+}
 
 ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
                         ffi::AnyBuffer inv_rms, ffi::AnyBuffer x,
@@ -120,92 +134,47 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
                         buffers, g);
 }
 
-ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
-                               ffi::AnyBuffer w, ffi::AnyBuffer residual,
-                               ffi::Result<ffi::AnyBuffer> y,
-                               ffi::Result<ffi::AnyBuffer> inv_rms,
-                               ffi::Result<ffi::AnyBuffer> sum, double eps) {
+// The forward quantised to float8, with the variants b has (a residual add,
+// a given scale per row): one kernel for every shape.
+ffi::Error QuantisedForwardOnCuda(cudaStream_t stream, const QuantisedForwardBuffers& b,
+                                  double eps) {
   RowGeometry g;
-  if (auto err = CheckResidualForwardBuffers(x, w, residual, eps, *y, *inv_rms,
-                                             *sum, &g);
-      err.failure()) {
-    return err;
-  }
+  if (auto err = CheckQuantisedForward(b, eps, &g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
-  const ResidualForwardBuffers buffers{x, w, *y, *inv_rms, &residual, &*sum};
-  Problem problem = ProblemOf(x, w, g, FastBuffers(x, w, residual, *y, *inv_rms, *sum));
-  problem.residual = true;
-  const Plan plan = PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans());
-  if (plan.path == Path::kGeneral) return GeneralForward(stream, buffers, g, eps);
-  return LaunchRowsForward(stream, plan, buffers, g, eps);
+  return QuantisedForward(stream, b, g, eps);
 }
 
-ffi::Error QuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
-                                ffi::AnyBuffer w,
+ffi::Error QuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
                                 ffi::Result<ffi::AnyBuffer> values,
                                 ffi::Result<ffi::AnyBuffer> inv_rms,
                                 ffi::Result<ffi::AnyBuffer> scales, double eps) {
-  RowGeometry g;
-  if (auto err = CheckQuantisedForwardBuffers(x, w, eps, *values, *inv_rms,
-                                              *scales, &g);
-      err.failure()) {
-    return err;
-  }
-  if (g.rows == 0) return ffi::Error::Success();
-  return QuantisedForward(stream, {x, w, *values, *inv_rms, *scales}, g, eps);
+  return QuantisedForwardOnCuda(stream, {x, w, *values, *inv_rms, *scales}, eps);
 }
 
 ffi::Error ResidualQuantisedForwardCuda(
-    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
-    ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> values,
-    ffi::Result<ffi::AnyBuffer> inv_rms, ffi::Result<ffi::AnyBuffer> scales,
-    ffi::Result<ffi::AnyBuffer> sum, double eps) {
-  RowGeometry g;
-  if (auto err = CheckResidualQuantisedForwardBuffers(
-          x, w, residual, eps, *values, *inv_rms, *scales, *sum, &g);
-      err.failure()) {
-    return err;
-  }
-  if (g.rows == 0) return ffi::Error::Success();
-  return QuantisedForward(
-      stream, {x, w, *values, *inv_rms, *scales, &residual, &*sum}, g, eps);
+    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer residual,
+    ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> inv_rms,
+    ffi::Result<ffi::AnyBuffer> scales, ffi::Result<ffi::AnyBuffer> sum, double eps) {
+  return QuantisedForwardOnCuda(
+      stream, {x, w, *values, *inv_rms, *scales, &residual, &*sum}, eps);
 }
 
 ffi::Error ScaledQuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
                                       ffi::AnyBuffer w, ffi::AnyBuffer row_scales,
                                       ffi::Result<ffi::AnyBuffer> values,
                                       ffi::Result<ffi::AnyBuffer> inv_rms,
-                                      ffi::Result<ffi::AnyBuffer> largest,
-                                      double eps) {
-  RowGeometry g;
-  if (auto err = CheckScaledQuantisedForwardBuffers(x, w, row_scales, eps, *values,
-                                                    *inv_rms, *largest, &g);
-      err.failure()) {
-    return err;
-  }
-  if (g.rows == 0) return ffi::Error::Success();
-  QuantisedForwardBuffers buffers{x, w, *values, *inv_rms, *largest};
-  buffers.row_scales = &row_scales;
-  return QuantisedForward(stream, buffers, g, eps);
+                                      ffi::Result<ffi::AnyBuffer> largest, double eps) {
+  return QuantisedForwardOnCuda(
+      stream, {x, w, *values, *inv_rms, *largest, nullptr, nullptr, &row_scales}, eps);
 }
 
 ffi::Error ResidualScaledQuantisedForwardCuda(
-    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
-    ffi::AnyBuffer residual, ffi::AnyBuffer row_scales,
-    ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> inv_rms,
-    ffi::Result<ffi::AnyBuffer> largest, ffi::Result<ffi::AnyBuffer> sum,
-    double eps) {
-  RowGeometry g;
-  if (auto err = CheckScaledQuantisedForwardBuffers(
-          x, w, row_scales, eps, *values, *inv_rms, *largest, &g, &residual, &*sum);
-      err.failure()) {
-    return err;
-  }
-  if (g.rows == 0) return ffi::Error::Success();
-  return QuantisedForward(stream,
-                          {x, w, *values, *inv_rms, *largest, &residual, &*sum,
-                           &row_scales},
-                          g, eps);
+    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer residual,
+    ffi::AnyBuffer row_scales, ffi::Result<ffi::AnyBuffer> values,
+    ffi::Result<ffi::AnyBuffer> inv_rms, ffi::Result<ffi::AnyBuffer> largest,
+    ffi::Result<ffi::AnyBuffer> sum, double eps) {
+  return QuantisedForwardOnCuda(
+      stream, {x, w, *values, *inv_rms, *largest, &residual, &*sum, &row_scales}, eps);
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ void ForwardRows(const X* x, AccumulatorFor<X>* inv_rms, RowGeometry g,
 // y = w * (inv * x), in y's dtype: the weight's, or x's, `x_type` (the
 // caller's out_dtype).
 struct NormalisedRows {
-  ffi::AnyBuffer& y;
+  const ffi::AnyBuffer& y;
   ffi::DataType x_type = ffi::DataType::INVALID;  // (none: y in the weight's dtype)
 
   template <typename X, typename W>
@@ -99,8 +99,8 @@ struct NormalisedRows {
 // every value of row r is y / row_scales[r] instead, and `scales` receives
 // each group's largest |y|.
 struct QuantisedRows {
-  ffi::AnyBuffer& values;
-  ffi::AnyBuffer& scales;
+  const ffi::AnyBuffer& values;
+  const ffi::AnyBuffer& scales;
   const ffi::AnyBuffer* row_scales = nullptr;
 
   template <typename X, typename W>

@@ -22,63 +22,22 @@
 
 #include <cstdint>
 
+#include "kernels/call_buffers.h"
 #include "kernels/row_geometry.h"
 #include "plan/rms_norm_plan.h"
 
 namespace gpu_ops {
-
-// Scratch buffers: see cuda_scratch.h.
-struct ForwardBuffers {
-  ffi::AnyBuffer x, w;        // inputs
-  ffi::AnyBuffer y, inv_rms;  // results
-};
-
-struct BackwardBuffers {
-  ffi::AnyBuffer dy, inv_rms, x, w;  // inputs
-  ffi::AnyBuffer dx, dw;             // results
-  ffi::AnyBuffer partials;           // scratch: (num_partials, row_length)
-};
-
-// A forward's operands and results; with a residual add where `residual`
-// and `sum` (x + residual, a result) are given.
-struct ResidualForwardBuffers {
-  ffi::AnyBuffer x, w;        // inputs
-  ffi::AnyBuffer y, inv_rms;  // results
-  const ffi::AnyBuffer* residual = nullptr;
-  const ffi::AnyBuffer* sum = nullptr;
-};
 
 ffi::Error GeneralForward(cudaStream_t stream, const ResidualForwardBuffers& b,
                           RowGeometry g, double eps);
 ffi::Error GeneralBackward(cudaStream_t stream, const BackwardBuffers& b,
                            RowGeometry g);
 
-// With a residual add where `residual` and `sum` (a result) are given; with
-// a given scale per row where `row_scales` is (then `scales` receives each
-// group's largest |y|).
-struct QuantisedForwardBuffers {
-  ffi::AnyBuffer x, w;                    // inputs
-  ffi::AnyBuffer values, inv_rms, scales;  // results (float8, ..., float32)
-  const ffi::AnyBuffer* residual = nullptr;
-  const ffi::AnyBuffer* sum = nullptr;
-  const ffi::AnyBuffer* row_scales = nullptr;
-};
-
 // The forward quantised to float8_e4m3fn in groups of kFloat8Group values.
 ffi::Error QuantisedForward(cudaStream_t stream, const QuantisedForwardBuffers& b,
                             RowGeometry g, double eps);
 
-// The norm of float8_e4m3fn values with a float32 scale per group of
-// kFloat8Group values of a row (rms_norm_from_fp8_checks.h).
-struct FromFloat8ForwardBuffers {
-  ffi::AnyBuffer values, w, scales;  // inputs
-  ffi::AnyBuffer y, inv_rms;         // results
-};
-struct FromFloat8BackwardBuffers {
-  ffi::AnyBuffer dy, inv_rms, values, w, scales;  // inputs
-  ffi::AnyBuffer dx, dw;                          // results
-  ffi::AnyBuffer partials;  // scratch: float32 (num_partials, row_length)
-};
+// The norm of a float8 input.
 ffi::Error FromFloat8Forward(cudaStream_t stream, const FromFloat8ForwardBuffers& b,
                              RowGeometry g, double eps);
 ffi::Error FromFloat8Backward(cudaStream_t stream, const FromFloat8BackwardBuffers& b,
