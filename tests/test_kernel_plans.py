@@ -119,7 +119,10 @@ def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
         assert lanes in (8, 16, 32) and threads == 256 and cluster == 1
         assert lanes * 8 >= row_length and row_length % 8 == 0
         if direction == "forward":  # each block its rows; the backward's go on
-            assert plan["rows_per_block"] == threads // lanes * 4
+            # 4 rows a group of lanes, or 1 where 4 would leave SMs idle
+            teams = threads // lanes
+            four_idle = math.ceil(rows / (teams * 4)) < gpu.sms
+            assert plan["rows_per_block"] == teams * (1 if four_idle else 4)
             assert blocks * plan["rows_per_block"] >= rows
         else:
             assert plan["rows_per_block_pass"] == threads // lanes * 2
@@ -174,6 +177,32 @@ def test_every_plan_covers_its_rows_within_the_gpus_limits(rows, row_vectors, dt
 def test_rows_of_part_vectors_take_the_general_kernels(row_length, direction):
     for dtype in (jnp.bfloat16, jnp.float32):
         assert kernel_plan(direction, (8, row_length), dtype, H100)["path"] == "general"
+
+
+# shape, path, rows a block with few rows (fewer blocks of more rows would
+# leave SMs of an H100 idle), then with many
+FEW_AND_MANY = [((64, 8_192), (4_096, 8_192), "block_rows", 1, 2),
+                ((256, 128), (65_536, 128), "short_rows", 16, 64)]
+
+
+@pytest.mark.parametrize("few,many,path,rows_few,rows_many", FEW_AND_MANY)
+def test_a_forward_of_few_rows_spreads_them_over_the_sms(few, many, path, rows_few,
+                                                         rows_many):
+    for shape, rows_per_block in ((few, rows_few), (many, rows_many)):
+        plan = kernel_plan("forward", shape, jnp.bfloat16, H100)
+        assert (plan["path"], plan["rows_per_block"]) == (path, rows_per_block), shape
+        assert plan["blocks"] == -(-shape[0] // rows_per_block)
+
+
+@pytest.mark.parametrize("gpu", [H100, A100], ids=lambda gpu: gpu.name)
+def test_a_backward_of_many_rows_runs_in_one_wave_of_blocks(gpu):
+    # 1,024 and 65,536 rows of 8,192 bfloat16 values: blocks of 1,024 threads,
+    # one an SM
+    for rows in (1_024, 65_536):
+        plan = kernel_plan("backward", (rows, 8_192), jnp.bfloat16, gpu)
+        assert (plan["path"], plan["threads"]) == ("row_teams", 1_024)
+        assert plan["blocks"] == gpu.sms
+        assert plan["blocks"] * plan["rows_per_team"] >= rows
 
 
 def test_a_gpu_that_holds_fewer_blocks_gets_fewer_few_rows():

@@ -25,6 +25,7 @@ class CurrentGpu final : public DeviceModel {
   bool Clusters() const override {
     return RunsClusters() && !ClustersLeftOutOfPlans();
   }
+  int Sms() const override { return CurrentSms(); }
   int64_t Resident(Kernel kernel, DType dtype, const Shape& shape,
                    int shared_bytes) const override {
     switch (kernel) {

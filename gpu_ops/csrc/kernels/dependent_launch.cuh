@@ -45,6 +45,20 @@ inline int CurrentDevice() {
   return device;
 }
 
+// The current GPU's SMs (0 where CUDA cannot say).
+inline int CurrentSms() {
+  const int device = CurrentDevice();
+  return static_cast<int>(Cached(std::make_tuple(device), [&]() -> int64_t {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return sms;
+  }));
+}
+
 // Whether `kernel` runs on the current GPU as code compiled for sm_90 or
 // later: only then may it use Hopper's clusters and the instructions below
 // (a build with sm_80 code alone compiles them out).

@@ -441,16 +441,13 @@ int64_t ResidentGroups(Kernel kernel, const Shape& shape, int shared_bytes) {
     int groups = 0;
     if (!AllowSharedMemory(kernel, shared_bytes)) return 0;
     if (shape.cluster == 1) {
-      int sms = 0;
-      if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                 device) != cudaSuccess ||
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
               &groups, kernel, shape.team * shape.teams, shared_bytes) !=
-              cudaSuccess) {
+          cudaSuccess) {
         cudaGetLastError();
         return 0;
       }
-      return int64_t{groups} * sms;
+      return int64_t{groups} * CurrentSms();
     }
     cudaLaunchAttribute cluster_dims[1];
     const cudaLaunchConfig_t config =

@@ -536,14 +536,21 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
                 return CheckLaunch(what);
               }
             }
-            // The kernel's rows a block are a template argument: the plan's.
-            constexpr int kRows = RowsPerBlock(kVectors, kResidual);
-            if (plan.path == Path::kBlockRows && plan.rows_per_group == kRows) {
-              FastForwardKernel<T, W, Y, kVectors, kRows, kResidual>
+            // The kernel's rows a block are a template argument: the plan's,
+            // RowsPerBlock or one.
+            const auto block_rows = [&](auto rows) {
+              FastForwardKernel<T, W, Y, kVectors, decltype(rows)::value, kResidual>
                   <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
                       x, w, y, inv_rms, g.rows, row_vectors, inv_row_length,
                       epsilon, residual, sum);
               return CheckLaunch(what);
+            };
+            constexpr int kRows = RowsPerBlock(kVectors, kResidual);
+            if (plan.path == Path::kBlockRows && plan.rows_per_group == kRows) {
+              return block_rows(std::integral_constant<int, kRows>{});
+            }
+            if (plan.path == Path::kBlockRows && plan.rows_per_group == 1) {
+              return block_rows(std::integral_constant<int, 1>{});
             }
             // Row teams take one dtype (the planner's kOneDType).
             if constexpr (!kResidual && std::is_same_v<T, W> && std::is_same_v<T, Y>) {

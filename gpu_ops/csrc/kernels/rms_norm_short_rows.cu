@@ -213,15 +213,21 @@ ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
     using Y = typename decltype(v)::type;
     return DispatchLanes(plan.shape.team, [&](auto lanes) {
       constexpr int kLanes = decltype(lanes)::value;
-      ShortRowsForwardKernel<T, W, Y, kLanes, kShortRowsForwardRows>
-          <<<static_cast<unsigned>(plan.groups), kShortRowsThreads, 0, stream>>>(
-              static_cast<const T*>(b.x.untyped_data()),
-              static_cast<const W*>(b.w.untyped_data()),
-              static_cast<Y*>(b.y.untyped_data()),
-              static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
-              static_cast<int>(g.row_length), Reciprocal(g.row_length),
-              static_cast<float>(eps));
-      return CheckLaunch("launching the short-row forward kernel");
+      const auto launch = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(plan.groups), kShortRowsThreads, 0, stream>>>(
+            static_cast<const T*>(b.x.untyped_data()),
+            static_cast<const W*>(b.w.untyped_data()),
+            static_cast<Y*>(b.y.untyped_data()),
+            static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
+            static_cast<int>(g.row_length), Reciprocal(g.row_length),
+            static_cast<float>(eps));
+        return CheckLaunch("launching the short-row forward kernel");
+      };
+      // A team's rows: the plan's, kShortRowsForwardRows or one.
+      if (plan.rows_per_group == plan.shape.teams) {
+        return launch(ShortRowsForwardKernel<T, W, Y, kLanes, 1>);
+      }
+      return launch(ShortRowsForwardKernel<T, W, Y, kLanes, kShortRowsForwardRows>);
     });
   });
 }

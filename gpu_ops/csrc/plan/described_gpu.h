@@ -32,6 +32,7 @@ class DescribedGpu final : public DeviceModel {
  public:
   explicit DescribedGpu(const GpuNumbers& numbers) : n_(numbers) {}
   bool Clusters() const override { return n_.clusters; }
+  int Sms() const override { return n_.sms; }
   int64_t Resident(Kernel kernel, DType dtype, const Shape& shape,
                    int shared_bytes) const override;
 

@@ -93,9 +93,10 @@ std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device,
 // kShortRowLaneValues: a group of lanes of a warp a row (the fewest lanes,
 // from kShortRowsMinLanes, that hold it), so that a block's warps all load
 // and none waits at a barrier for a row's sum. The forward's blocks each take
-// their rows in one go; the backward's, no more than the GPU holds at once
-// and at most one per row of the weight-gradient scratch, go through the rows
-// a grid's width apart, adding up the weight gradient as they go.
+// their rows in one go, kShortRowsForwardRows a team, or one where that
+// leaves SMs without a block; the backward's, no more than the GPU holds at
+// once and at most one per row of the weight-gradient scratch, go through
+// the rows a grid's width apart, adding up the weight gradient as they go.
 std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool forward,
                               PathSet without, Refusals* refused) {
   if (Contains(without, Path::kShortRows)) return Refuse(refused, Path::kShortRows, kLeftOut);
@@ -115,6 +116,10 @@ std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool 
   plan.rows_per_group =
       int64_t{plan.shape.teams} * (forward ? kShortRowsForwardRows : kShortRowsBackwardRows);
   plan.groups = CeilDiv(p.rows, plan.rows_per_group);
+  if (forward && plan.groups < device.Sms()) {
+    plan.rows_per_group = plan.shape.teams;
+    plan.groups = CeilDiv(p.rows, plan.rows_per_group);
+  }
   if (forward) {
     if (plan.groups > kMaxGrid) {
       return Refuse(refused, Path::kShortRows, "more rows than a grid has blocks");
@@ -188,8 +193,9 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
     return plan;
   }
   // A block holds a row, and a grid covers all rows: one block per
-  // RowsPerBlock rows.
-  const int rows_per_block = RowsPerBlock(shape->vectors, p.residual);
+  // RowsPerBlock rows, or per row where fewer blocks than SMs would run.
+  int rows_per_block = RowsPerBlock(shape->vectors, p.residual);
+  if (CeilDiv(p.rows, rows_per_block) < device.Sms()) rows_per_block = 1;
   if (Contains(without, Path::kBlockRows)) {
     Refuse(refused, Path::kBlockRows, kLeftOut);
   } else if (shape->cluster != 1) {
@@ -223,11 +229,6 @@ std::optional<Plan> RowTeamsBackward(const Problem& p,
                                      const DeviceModel& device,
                                      PathSet without, Refusals* refused) {
   if (Contains(without, Path::kRowTeams)) return Refuse(refused, Path::kRowTeams, kLeftOut);
-  // Rows per team (the kernel counts them in 32 bits).
-  const int64_t rows_per_partial = CeilDiv(p.rows, p.num_partials);
-  if (rows_per_partial > std::numeric_limits<int>::max()) {
-    return Refuse(refused, Path::kRowTeams, "more than 2^31 - 1 rows a team");
-  }
   const std::optional<Shape> shape = RowTeamShape(
       RowVectors(p), kMaxBackwardValues / VectorValues(p), MaxCluster(device));
   if (!shape) return Refuse(refused, Path::kRowTeams, kRowTooLong);
@@ -235,12 +236,18 @@ std::optional<Plan> RowTeamsBackward(const Problem& p,
   plan.path = Path::kRowTeams;
   plan.shape = *shape;
   plan.shared_bytes = RingBytes(*shape, p.float32_weight ? 3 : 2);
-  if (device.Resident(Kernel::kRowTeamsBackward, p.dtype, *shape,
-                      plan.shared_bytes) < 1) {
+  const int64_t resident =
+      device.Resident(Kernel::kRowTeamsBackward, p.dtype, *shape, plan.shared_bytes);
+  if (resident < 1) {
     return Refuse(refused, Path::kRowTeams, "its blocks and shared memory do not fit an SM");
   }
-  plan.groups = CeilDiv(p.num_partials, shape->teams);  // a partial row each
-  plan.rows_per_group = rows_per_partial;
+  // A team a partial row, in no more groups than the GPU runs at once: a
+  // second wave of groups would start after the first's slowest.
+  plan.groups = std::min(CeilDiv(p.num_partials, shape->teams), resident);
+  plan.rows_per_group = CeilDiv(p.rows, std::min(plan.groups * shape->teams, p.num_partials));
+  if (plan.rows_per_group > std::numeric_limits<int>::max()) {  // the kernel counts in 32 bits
+    return Refuse(refused, Path::kRowTeams, "more than 2^31 - 1 rows a team");
+  }
   return plan;
 }
 

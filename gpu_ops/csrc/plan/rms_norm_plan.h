@@ -128,6 +128,8 @@ class DeviceModel {
   // Whether the kernels may run in clusters of blocks (Hopper code on a
   // Hopper or newer GPU).
   virtual bool Clusters() const = 0;
+  // Its SMs: a launch of fewer blocks leaves some of them idle.
+  virtual int Sms() const = 0;
   // How many blocks (or clusters of shape.cluster blocks) of `kernel`, for
   // elements of `dtype`, with `shared_bytes` of dynamic shared memory each,
   // the GPU runs at once; 0 if it cannot run one.
