@@ -105,18 +105,21 @@ def test_a_run_cut_off_says_so(tmp_path):
                        "processes": 8, "completed": False, "failures": []}]
 
 
-def test_a_run_cut_off_names_the_tests_that_failed_until_then(tmp_path):
+def test_a_run_cut_off_counts_and_names_what_it_reported_until_then(tmp_path):
     one_process = ("tests/test_gpu.py::test_a[primitives] PASSED      [  1%]\n"
                    "tests/test_gpu.py::test_b[hijax-(67, 128)] FAILED [  2%]\n")
     several = ("[gw0] [  3%] PASSED tests/test_gpu.py::test_c \n"
                "[gw5] [  4%] FAILED tests/test_gpu.py::test_d[(8, 128)] \n"
                "[gw2] [  5%] ERROR tests/test_gpu.py::test_e \n")
-    for log, failures in [(one_process, ["tests/test_gpu.py::test_b[hijax-(67, 128)]"]),
-                          (several, ["tests/test_gpu.py::test_d[(8, 128)]",
-                                     "tests/test_gpu.py::test_e"])]:
+    for log, failures, counts in [
+            (one_process, ["tests/test_gpu.py::test_b[hijax-(67, 128)]"],
+             {"passed": 1, "failed": 1}),
+            (several, ["tests/test_gpu.py::test_d[(8, 128)]", "tests/test_gpu.py::test_e"],
+             {"passed": 1, "failed": 1, "errors": 1})]:
         folder = tmp_path / str(len(failures))
         _, (check,) = _tool().run_summary(_run(folder, "c36ca84", build_and_tests=log))
         assert not check["completed"] and check["failures"] == failures
+        assert {k: check[k] for k in ("passed", "failed", "errors") if k in check} == counts
 
 
 def test_a_folder_that_is_no_run_is_refused(tmp_path, capsys):

@@ -45,22 +45,31 @@ def environment(text):
     return fields
 
 
-def failed_so_far(log):
-    """The tests a verbose (-v) run reported as failed or in error as it went,
-    in one process ("tests/x.py::test FAILED [ 4%]") or several ("[gw3] [ 4%]
-    FAILED tests/x.py::test"): what a run cut off before its summary found."""
-    one = re.findall(r"^(\S+::.+?) (?:FAILED|ERROR)\s+\[\s*\d+%\]$", log, re.M)
-    several = re.findall(r"^\[gw\d+\] \[\s*\d+%\] (?:FAILED|ERROR) (.+?)\s*$", log, re.M)
-    return sorted(set(one + several))
+def outcomes_so_far(log):
+    """The counts of the outcomes a verbose (-v) run reported as it went, in
+    one process ("tests/x.py::test PASSED [ 4%]") or several ("[gw3] [ 4%]
+    PASSED tests/x.py::test"), and the tests that failed or were in error:
+    what a run cut off before its summary got through."""
+    outcome = r"(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)"
+    one = re.findall(rf"^(\S+::.+?) {outcome}\s+\[\s*\d+%\]$", log, re.M)
+    several = [(test, word) for word, test in
+               re.findall(rf"^\[gw\d+\] \[\s*\d+%\] {outcome} (.+?)\s*$", log, re.M)]
+    names = {"PASSED": "passed", "FAILED": "failed", "ERROR": "errors", "SKIPPED": "skipped",
+             "XFAIL": "xfailed", "XPASS": "xpassed"}
+    counts = {}
+    for _, word in one + several:
+        counts[names[word]] = counts.get(names[word], 0) + 1
+    failures = {test for test, word in one + several if word in ("FAILED", "ERROR")}
+    return {**counts, "failures": sorted(failures)}
 
 
 def pytest_counts(log):
     """The counts of pytest's last summary line, and the failed tests' names;
-    for a run cut off before that line, the tests that failed until then."""
+    for a run cut off before that line, those it reported until then."""
     summaries = [line for line in log.splitlines()
                  if re.search(r"\d+ (passed|failed|errors?)\b", line) and " in " in line]
     if not summaries:
-        return {"completed": False, "failures": failed_so_far(log)}
+        return {"completed": False, **outcomes_so_far(log)}
     counts = {"completed": True}
     for number, word in re.findall(r"(\d+) (\w+)", summaries[-1]):
         word = "errors" if word == "error" else word
