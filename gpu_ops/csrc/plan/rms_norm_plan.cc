@@ -116,11 +116,11 @@ std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool 
   plan.rows_per_group =
       int64_t{plan.shape.teams} * (forward ? kShortRowsForwardRows : kShortRowsBackwardRows);
   plan.groups = CeilDiv(p.rows, plan.rows_per_group);
-  if (forward && plan.groups < device.Sms()) {
-    plan.rows_per_group = plan.shape.teams;
-    plan.groups = CeilDiv(p.rows, plan.rows_per_group);
-  }
   if (forward) {
+    if (plan.groups < device.Sms()) {
+      plan.rows_per_group = plan.shape.teams;
+      plan.groups = CeilDiv(p.rows, plan.rows_per_group);
+    }
     if (plan.groups > kMaxGrid) {
       return Refuse(refused, Path::kShortRows, "more rows than a grid has blocks");
     }
