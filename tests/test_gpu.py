@@ -100,7 +100,9 @@ def test_more_than_two_to_the_31_elements():
 # without: rows of up to 256 values take a group of a warp's lanes each (of
 # 262,147 such rows, the backward's blocks go through them several times);
 # the backward of up to 8 rows takes one cluster's column slices, the last
-# slice part empty (5 rows of 4,104 values; on a GPU with clusters); 67 rows
+# slice part empty (5 rows of 4,104 values; on a GPU with clusters); up to
+# 64 take a block a row beside blocks of columns (37 rows of 12,296 values:
+# 2 vectors a thread, the last column block of one vector); 67 rows
 # are few (a block per row, a thread per 16-byte vector),
 # 4,099 are not; 16-bit rows of 16,384 take a 1024-thread block each; rows
 # of 65,536 take a cluster (on Hopper; the general kernels elsewhere); and
@@ -110,6 +112,7 @@ def test_more_than_two_to_the_31_elements():
 # of whole 16-byte vectors, and float64.
 PATH_CASES = [((262_147, 128), jnp.bfloat16), ((67, 200), jnp.float32),
               ((5, 4_104), jnp.bfloat16), ((8, 8_192), jnp.float32),
+              ((37, 12_296), jnp.bfloat16),
               ((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
               ((1_001, 16_384), jnp.bfloat16), ((67, 65_536), jnp.bfloat16),
               ((32, 262_144), jnp.bfloat16), ((3, 131_080), jnp.bfloat16),
@@ -150,7 +153,7 @@ def test_the_path_cases_take_every_path():
                          for shape, dtype in PATH_CASES}
              for direction in ("forward", "backward")}
     forward = {"short_rows", "few_rows", "wide_rows", "block_rows", "row_teams", "general"}
-    backward = {"short_rows", "column_slices", "row_teams", "general"}
+    backward = {"short_rows", "column_slices", "rows_and_columns", "row_teams", "general"}
     if not clusters_planned():  # row teams of one block need more rows than a grid has blocks
         forward -= {"row_teams"}
         backward -= {"column_slices"}
@@ -219,7 +222,8 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
     # path cases take the others (row teams, of one block too, and the
     # general kernels), as the benchmarks do to measure what each
     # specialised path gains.
-    run_path_cases({WITHOUT_PATHS: "short_rows,column_slices,few_rows,wide_rows,block_rows"},
+    run_path_cases({WITHOUT_PATHS: "short_rows,column_slices,rows_and_columns,few_rows,"
+                                   "wide_rows,block_rows"},
                    "test_kernel_path")
 
 
@@ -227,11 +231,11 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
 # float32 has it (y, dy and the weight gradient float32, dx 16-bit): the
 # paths for the rows of models take it as they take one dtype (short rows,
 # in few rows and in rows the backward's blocks go through more than once;
-# column slices, the last slice part empty; few rows; rows a block holds;
-# 16-bit rows of 16,384 and their backward's clusters), and the general
+# column slices, the last slice part empty; rows and columns; few rows;
+# rows a block holds; 16-bit rows of 16,384 and their backward's clusters), and the general
 # kernels longer rows.
-FLOAT32_WEIGHT_CASES = [(5, 16, 128), (40_009, 64), (4_099, 256), (5, 4_104), (67, 2_048),
-                        (4_099, 1_024), (1_001, 16_384), (67, 65_536)]
+FLOAT32_WEIGHT_CASES = [(5, 16, 128), (40_009, 64), (4_099, 256), (5, 4_104), (37, 12_296),
+                        (67, 2_048), (4_099, 1_024), (1_001, 16_384), (67, 65_536)]
 
 
 @pytest.mark.parametrize("shape", FLOAT32_WEIGHT_CASES, ids=str)

@@ -34,9 +34,17 @@ CLASSES = [
     # kernels
     ((1, 131_072), jnp.bfloat16, ("row_teams", "general"), ("general", "general")),
     ((32, 512 * 512), jnp.bfloat16, ("general", "general"), ("general", "general")),
-    # decoding: the backward of a few rows over one cluster's column slices
-    ((8, 4_096), jnp.bfloat16, ("few_rows", "column_slices"), ("few_rows", "row_teams")),
-    ((1, 16_384), jnp.bfloat16, ("wide_rows", "column_slices"), ("wide_rows", "general")),
+    # decoding: the backward of a few rows over one cluster's column slices,
+    # or without clusters (and for up to 64 rows) in a block a row beside
+    # blocks of the weight gradient's columns
+    ((8, 4_096), jnp.bfloat16, ("few_rows", "column_slices"), ("few_rows", "rows_and_columns")),
+    ((1, 16_384), jnp.bfloat16, ("wide_rows", "column_slices"),
+     ("wide_rows", "rows_and_columns")),
+    ((64, 8_192), jnp.bfloat16, ("block_rows", "rows_and_columns"),
+     ("block_rows", "rows_and_columns")),
+    ((64, 16_384), jnp.bfloat16, ("wide_rows", "rows_and_columns"),
+     ("wide_rows", "rows_and_columns")),
+    ((65, 4_096), jnp.bfloat16, ("few_rows", "row_teams"), ("few_rows", "row_teams")),
     # QK-norm rows (head_dim 64 to 256), from decoding to training
     ((32, 128), jnp.bfloat16, ("short_rows", "short_rows"), ("short_rows", "short_rows")),
     ((262_144, 128), jnp.bfloat16, ("short_rows", "short_rows"),
@@ -127,6 +135,13 @@ def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
         else:
             assert plan["rows_per_block_pass"] == threads // lanes * 2
             assert blocks <= math.ceil(rows / plan["rows_per_block_pass"])
+    elif path == "rows_and_columns":
+        # a block a row's dx, then blocks of 16 vector columns of every row
+        assert direction == "backward" and cluster == 1
+        assert plan["row_blocks"] == rows <= 64 and vectors <= 2
+        assert threads * vectors * values >= row_length
+        assert plan["column_blocks"] == math.ceil(row_length / values / 16)
+        assert blocks == plan["row_blocks"] + plan["column_blocks"]
     else:
         # one cluster of 8 blocks, a thread a vector column of every row
         assert path == "column_slices"
@@ -316,7 +331,8 @@ def test_the_sanitizer_workload_takes_every_path_on_an_h100():
         every = {("short_rows", "none"), ("few_rows", "none"), ("wide_rows", "none"),
                  ("block_rows", "none"), ("row_teams", "some"), ("general", "none")}
         if direction == "backward":
-            every = {("short_rows", "none"), ("column_slices", "some"), ("row_teams", "none"),
+            every = {("short_rows", "none"), ("column_slices", "some"),
+                     ("rows_and_columns", "none"), ("row_teams", "none"),
                      ("row_teams", "some"), ("general", "none")}
         assert taken == every, direction
     with_residual = {kernel_plan("forward", shape, x_dtype, H100, weight_dtype=w_dtype,
@@ -429,16 +445,13 @@ LAUNCH = {"blocks", "threads", "cluster", "shared_bytes"}
 PATH_FIELDS = {
     "short_rows": ({"lanes_per_row", "rows_per_block"}, {"lanes_per_row", "rows_per_block_pass"}),
     "column_slices": (None, {"rows"}),
+    "rows_and_columns": (None, {"row_blocks", "column_blocks", "vectors_per_thread"}),
     "few_rows": ({"rows_per_block"}, None),
     "wide_rows": ({"rows_per_block", "vectors_per_thread"}, None),
     "block_rows": ({"rows_per_block", "vectors_per_thread"}, None),
     "row_teams": ({"threads_per_row", "rows_at_once_per_block", "vectors_per_thread"},
                   {"threads_per_row", "rows_at_once_per_block", "vectors_per_thread",
                    "rows_per_team"}),
-    "grid_rows": ({"vector_columns_per_block", "rows_per_thread"},) * 2,
-    "shared_row": ({"vectors_per_thread"}, None),
-    "split_rows": ({"blocks_per_row", "vectors_per_thread"},
-                   {"blocks_per_row", "vectors_per_thread", "row_segments"}),
 }
 
 
@@ -463,8 +476,8 @@ def test_the_general_kernels_come_with_why_no_fast_one_took_the_rows(direction):
     plan = kernel_plan(direction, (8, 6), "float32", H100)  # not whole 16-byte vectors
     assert plan["path"] == "general"
     refused = [path for path, _ in plan["refused"]]
-    tried = {"forward": set(PATHS) - {"column_slices", "general"},
-             "backward": {"short_rows", "column_slices", "row_teams"}}
+    tried = {"forward": set(PATHS) - {"column_slices", "rows_and_columns", "general"},
+             "backward": {"short_rows", "column_slices", "rows_and_columns", "row_teams"}}
     assert set(refused) == tried[direction]
     assert all("16-byte vectors" in why for _, why in plan["refused"])
 

@@ -10,16 +10,17 @@ import gpu_ops
 
 # (shape, x dtype, weight dtype): together they take every kernel path, in
 # both directions, on an H100 (tests/test_kernel_plans.py checks it with the
-# planner), including the edges of each: mixed dtypes and rows of part
-# vectors (the general kernels); short rows (lanes past a row's end, a
-# float32 weight of bfloat16 x, backward blocks that go through the rows more
-# than once); a few rows over a cluster's column slices (8 rows, and a
-# slice's last lanes past the row's end); few rows; more rows than the GPU
-# holds blocks of one row for (blocks of several rows, and backward teams
-# that loop through their ring); 16-bit rows taking a 1024-thread block
-# each; rows over a cluster of blocks; and rows longer than a cluster holds
-# (the general kernels), a block's last part of a row cut short. A float32
-# weight of 16-bit x also takes the column slices, few rows, rows a block
+# planner), including the edges of each: mixed dtypes and rows of part vectors
+# (the general kernels); short rows (lanes past a row's end, a float32 weight
+# of bfloat16 x, backward blocks that go through the rows more than once); a
+# few rows over a cluster's column slices (8 rows, and a slice's last lanes
+# past the row's end); up to 64 rows in a block a row beside blocks of columns
+# (the last of one vector column); few rows; more rows than the GPU holds
+# blocks of one row for (blocks of several rows, and backward teams that loop
+# through their ring); 16-bit rows taking a 1024-thread block each; rows over
+# a cluster of blocks; and rows longer than a cluster holds (the general
+# kernels), a block's last part of a row cut short. A float32 weight of 16-bit
+# x also takes the column slices, rows and columns, few rows, rows a block
 # holds and 16-bit rows of 16,384 (the backward's in clusters).
 CASES = [
     ((3, 1), jnp.float32, jnp.float32),
@@ -45,6 +46,7 @@ CASES = [
     ((3, 4104), jnp.bfloat16, jnp.float32),
     ((40_009, 1024), jnp.float16, jnp.float32),
     ((301, 16384), jnp.bfloat16, jnp.float32),
+    ((37, 12296), jnp.bfloat16, jnp.float32),
 ]
 
 

@@ -74,6 +74,7 @@ py::list PlanKernels(gpu_ops::Path path, bool forward) {
                       : std::vector{"ShortRowsBackwardKernel", "SumPartialsKernel"};
       break;
     case Path::kColumnSlices: names = {"ColumnSlicesBackwardKernel"}; break;
+    case Path::kRowsAndColumns: names = {"RowsAndColumnsBackwardKernel"}; break;
     case Path::kFewRows:
     case Path::kBlockRows:
     case Path::kWideRows: names = {"FastForwardKernel"}; break;
@@ -115,6 +116,11 @@ py::dict PlanDict(const gpu_ops::Plan& plan, bool forward, const gpu_ops::Refusa
       break;
     case Path::kColumnSlices:  // a thread a vector column of every row
       d["rows"] = plan.rows_per_group;
+      break;
+    case Path::kRowsAndColumns:  // a block a row's dx; then blocks of dw's columns
+      d["row_blocks"] = plan.rows_per_group;
+      d["column_blocks"] = plan.groups - plan.rows_per_group;
+      d["vectors_per_thread"] = s.vectors;
       break;
     case Path::kFewRows:  // a thread a vector
       d["rows_per_block"] = 1;

@@ -37,6 +37,8 @@ class CurrentGpu final : public DeviceModel {
         return ShortRowsResident(dtype, shape);
       case Kernel::kColumnSlices:
         return ColumnSlicesResident(dtype, shape);
+      case Kernel::kRowsAndColumns:
+        return RowsAndColumnsResident(dtype, shape);
     }
     return 0;
   }
@@ -53,7 +55,9 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
     case Path::kRowTeams:
       return LaunchRowsForward(stream, plan, b, g, eps);
     case Path::kColumnSlices:  // the backward's alone
-      return ffi::Error::Internal("gpu_ops rms_norm: no forward kernel for plan column_slices");
+    case Path::kRowsAndColumns:
+      return ffi::Error::Internal(std::string("gpu_ops rms_norm: no forward kernel for plan ") +
+                                  PathName(plan.path));
     case Path::kGeneral: break;
   }
   return GeneralForward(stream, b, g, eps);
@@ -64,6 +68,7 @@ ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
   switch (plan.path) {
     case Path::kShortRows: return LaunchShortRowsBackward(stream, plan, b, g);
     case Path::kColumnSlices: return LaunchColumnSlicesBackward(stream, plan, b, g);
+    case Path::kRowsAndColumns: return LaunchRowsAndColumnsBackward(stream, plan, b, g);
     case Path::kRowTeams: return LaunchRowTeamsBackward(stream, plan, b, g);
     case Path::kGeneral: return GeneralBackward(stream, b, g);
     default: break;

@@ -1,17 +1,26 @@
 // The RMS norm backward of a few rows (decoding: a token or a few per
-// sequence), on GPUs with clusters (Hopper on).
+// sequence, or a batch of sequences).
 //
 // A few rows leave most of a GPU idle whatever the kernel does: the time is
-// the latency of loading them, adding up and storing. The row-team backward
-// gives each block two rows in turn and leaves the weight gradient to a
-// second kernel. Here one cluster of kColumnSlices blocks takes every row:
-// block b a slice of the columns, each thread one 16-byte vector column of
-// all the rows, all its loads in flight at once. The blocks add up each
-// row's dot product through each other's shared memory; then each thread
-// writes its column of dx and, since it holds its column of every row, its
-// part of the weight gradient: one kernel, no partial sums. (The forward
-// the same way was slower than a block a row, kFewRows.) It takes 16-bit x
-// with a float32 weight too.
+// the latency of loading them, adding up and storing, and of each kernel
+// launched. The row-team backward gives each block two rows in turn and
+// leaves the weight gradient to a second kernel. Here one kernel does it all.
+//
+// Column slices (up to kMaxColumnSliceRows rows, on GPUs with clusters): one
+// cluster of kColumnSlices blocks takes every row: block b a slice of the
+// columns, each thread one 16-byte vector column of all the rows, all its
+// loads in flight at once. The blocks add up each row's dot product through
+// each other's shared memory; then each thread writes its column of dx and,
+// since it holds its column of every row, its part of the weight gradient.
+// (The forward the same way was slower than a block a row, kFewRows.)
+//
+// Rows and columns (up to kMaxRowsAndColumnsRows rows): more rows than a
+// thread holds. The first blocks take a row each, add up its dot product and
+// write its dx; the others take kColumnBlockVectors vector columns of every
+// row and add up the weight gradient over the rows. Neither kind needs the
+// other's results, so both run at once, from one launch.
+//
+// Both take 16-bit x with a float32 weight too.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -80,17 +89,17 @@ __device__ void FinishClusterReads() {
 #endif
 }
 
-// The weight and its gradient are of dtype W: T, or float32 beside 16-bit x;
-// dy of Y: W, or T (the forward's out_dtype).
+// Either kernel's operands. The weight and its gradient are of dtype W: T,
+// or float32 beside 16-bit x; dy of Y: W, or T (the forward's out_dtype).
 template <typename T, typename W, typename Y>
-struct ColumnSlicesArgs {
+struct FewRowsArgs {
   const Y* dy;
   const float* inv_rms;
   const T* x;
   const W* w;
   T* dx;
   W* dw;
-  int rows;  // at most kRows
+  int rows;  // the column slices' kRows at most, or kMaxRowsAndColumnsRows
   int row_vectors;
   float inv_row_length;
 };
@@ -100,7 +109,7 @@ struct ColumnSlicesArgs {
 // (b + 1) * blockDim.x - 1 of the `rows` rows (at most kRows).
 template <typename T, typename W, typename Y, int kRows>
 __global__ void __launch_bounds__(kColumnSliceThreads)
-    ColumnSlicesBackwardKernel(ColumnSlicesArgs<T, W, Y> a) {
+    ColumnSlicesBackwardKernel(FewRowsArgs<T, W, Y> a) {
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
   using PY = PackBeside<T, Y>;
@@ -169,6 +178,99 @@ decltype(auto) DispatchRows(int rows, Fn&& fn) {
   return fn(std::integral_constant<int, 8>{});
 }
 
+// The weight gradient's sums of a column block's threads, over the warps of
+// the block: each warp's, for its kColumnBlockVectors vector columns.
+template <int kSize>
+struct ColumnBlockSums {
+  float warps[kMaxThreads / kWarpSize][kColumnBlockVectors][kSize];
+};
+
+// dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
+// Blocks 0 to rows - 1: row blockIdx.x's dx, kVectors vectors a thread.
+// The others: block b takes vector columns (b - rows) * kColumnBlockVectors
+// on, each of its threads one of them in every (blockDim.x /
+// kColumnBlockVectors)-th row, and stores their weight gradient.
+template <typename T, typename W, typename Y, int kVectors>
+__global__ void __launch_bounds__(kMaxThreads)
+    RowsAndColumnsBackwardKernel(FewRowsArgs<T, W, Y> a) {
+  using P = Pack<T>;
+  using PW = PackBeside<T, W>;
+  using PY = PackBeside<T, Y>;
+  __shared__ TeamSumSlots sums;
+  __shared__ ColumnBlockSums<P::kSize> columns;
+  if (static_cast<int>(blockIdx.x) < a.rows) {
+    const int64_t row = blockIdx.x;
+    const Shape shape{1, static_cast<int>(blockDim.x), 1, kVectors};
+    const Place at{0, 0, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+    PY dyv[kVectors];
+    P xv[kVectors];
+    PW wv[kVectors];
+    LoadVectors(reinterpret_cast<const PY*>(a.dy) + row * a.row_vectors, a.row_vectors, at, dyv);
+    LoadVectors(reinterpret_cast<const P*>(a.x) + row * a.row_vectors, a.row_vectors, at, xv);
+    LoadVectors(reinterpret_cast<const PW*>(a.w), a.row_vectors, at, wv);
+    const float inv = a.inv_rms[row];
+    float dot = 0;  // of dy * w * x
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+#pragma unroll
+      for (int e = 0; e < P::kSize; ++e) {
+        dot += Element(dyv[k], e) * Element(wv[k], e) * Element(xv[k], e);
+      }
+    }
+    unsigned calls = 0;
+    dot = TeamSum<false>(dot, shape, at, sums, calls);
+    StoreInputGradient(dyv, xv, wv, inv, inv * inv * dot * a.inv_row_length,
+                       reinterpret_cast<P*>(a.dx) + row * a.row_vectors, a.row_vectors, at);
+    return;
+  }
+  const int first = (static_cast<int>(blockIdx.x) - a.rows) * kColumnBlockVectors;
+  const int column = threadIdx.x % kColumnBlockVectors;
+  const int c = first + column;
+  const bool active = c < a.row_vectors;
+  const int row_lanes = static_cast<int>(blockDim.x) / kColumnBlockVectors;
+  float dw[P::kSize] = {};
+#pragma unroll 4
+  for (int r = static_cast<int>(threadIdx.x) / kColumnBlockVectors; r < a.rows; r += row_lanes) {
+    const int64_t at = int64_t{r} * a.row_vectors + c;
+    const PY dyv = VectorOrZeros(active, reinterpret_cast<const PY*>(a.dy) + at);
+    const P xv = VectorOrZeros(active, reinterpret_cast<const P*>(a.x) + at);
+    const float inv = a.inv_rms[r];
+#pragma unroll
+    for (int e = 0; e < P::kSize; ++e) dw[e] += Element(dyv, e) * Element(xv, e) * inv;
+  }
+  // A warp's two halves hold the same columns of alternate rows.
+  static_assert(2 * kColumnBlockVectors == kWarpSize, "two row lanes a warp");
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int e = 0; e < P::kSize; ++e) {
+    dw[e] += __shfl_xor_sync(0xffffffffu, dw[e], kColumnBlockVectors);
+    if (lane < kColumnBlockVectors) columns.warps[warp][lane][e] = dw[e];
+  }
+  __syncthreads();
+  // A thread a value of the block's columns, added up over the warps.
+  const int value = threadIdx.x;
+  if (value >= kColumnBlockVectors * P::kSize) return;
+  const int value_column = value / P::kSize;
+  if (first + value_column >= a.row_vectors) return;
+  float total = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) {
+    total += columns.warps[w][value_column][value % P::kSize];
+  }
+  a.dw[int64_t{first} * P::kSize + value] = Storage<W>::From(total);
+}
+
+// The arguments of either kernel for a call's buffers.
+template <typename T, typename W, typename Y>
+FewRowsArgs<T, W, Y> FewRowsArgsOf(const BackwardBuffers& b, RowGeometry g) {
+  return {static_cast<const Y*>(b.dy.untyped_data()),
+          static_cast<const float*>(b.inv_rms.untyped_data()),
+          static_cast<const T*>(b.x.untyped_data()), static_cast<const W*>(b.w.untyped_data()),
+          static_cast<T*>(b.dx.untyped_data()), static_cast<W*>(b.dw.untyped_data()),
+          static_cast<int>(g.rows), static_cast<int>(g.row_length / Pack<T>::kSize),
+          Reciprocal(g.row_length)};
+}
+
 }  // namespace
 
 int64_t ColumnSlicesResident(DType dtype, const Shape& shape) {
@@ -181,19 +283,38 @@ int64_t ColumnSlicesResident(DType dtype, const Shape& shape) {
   });
 }
 
+int64_t RowsAndColumnsResident(DType dtype, const Shape& shape) {
+  return DispatchFastType(dtype, [&](auto tag) -> int64_t {
+    using T = typename decltype(tag)::type;
+    // (every instance's __launch_bounds__ caps its registers alike)
+    return ResidentGroups(RowsAndColumnsBackwardKernel<T, T, T, kMaxRowsAndColumnsVectors>,
+                          shape, 0);
+  });
+}
+
+ffi::Error LaunchRowsAndColumnsBackward(cudaStream_t stream, const Plan& plan,
+                                        const BackwardBuffers& b, RowGeometry g) {
+  return DispatchRowTypes(b.x, b.w, b.dy, [&](auto t, auto u, auto v) {
+    using T = typename decltype(t)::type;
+    using W = typename decltype(u)::type;
+    using Y = typename decltype(v)::type;
+    const auto args = FewRowsArgsOf<T, W, Y>(b, g);
+    return DispatchVectors<kMaxRowsAndColumnsVectors>(plan.shape.vectors, [&](auto vectors) {
+      constexpr int kVectors = decltype(vectors)::value;
+      RowsAndColumnsBackwardKernel<T, W, Y, kVectors>
+          <<<static_cast<unsigned>(plan.groups), plan.shape.team, 0, stream>>>(args);
+      return CheckLaunch("launching the rows-and-columns backward kernel");
+    });
+  });
+}
+
 ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
                                       const BackwardBuffers& b, RowGeometry g) {
   return DispatchRowTypes(b.x, b.w, b.dy, [&](auto t, auto u, auto v) {
     using T = typename decltype(t)::type;
     using W = typename decltype(u)::type;
     using Y = typename decltype(v)::type;
-    const ColumnSlicesArgs<T, W, Y> args{
-        static_cast<const Y*>(b.dy.untyped_data()),
-        static_cast<const float*>(b.inv_rms.untyped_data()),
-        static_cast<const T*>(b.x.untyped_data()), static_cast<const W*>(b.w.untyped_data()),
-        static_cast<T*>(b.dx.untyped_data()), static_cast<W*>(b.dw.untyped_data()),
-        static_cast<int>(g.rows), static_cast<int>(g.row_length / Pack<T>::kSize),
-        Reciprocal(g.row_length)};
+    const auto args = FewRowsArgsOf<T, W, Y>(b, g);
     return DispatchRows(args.rows, [&](auto rows) {
       constexpr int kRows = decltype(rows)::value;
       return Launch(stream, ColumnSlicesBackwardKernel<T, W, Y, kRows>, plan.shape, plan.groups, 0,

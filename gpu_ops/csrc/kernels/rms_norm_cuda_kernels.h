@@ -3,8 +3,8 @@
 // nothing, and the *Resident functions answer the planner's questions about
 // their kernels with CUDA's occupancy calculator.
 // - rms_norm_short_rows.cu: rows of up to 256 values, several a warp;
-// - rms_norm_column_slices.cu: the backward of a few rows over a cluster's
-//   column slices;
+// - rms_norm_column_slices.cu: the backward of a few rows, over a cluster's
+//   column slices or in blocks of rows beside blocks of columns;
 // - rms_norm_fast.cu: rows a thread team (or a cluster of blocks) holds,
 //   with a residual add too;
 // - rms_norm_general.cu: every dtype pair and row length (kGeneral), with a
@@ -55,6 +55,7 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
                          int shared_bytes);
 int64_t ShortRowsResident(DType dtype, const Shape& shape);
 int64_t ColumnSlicesResident(DType dtype, const Shape& shape);
+int64_t RowsAndColumnsResident(DType dtype, const Shape& shape);
 
 // kShortRows, with a weight of x's dtype or, for 16-bit x, float32.
 ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
@@ -63,6 +64,8 @@ ffi::Error LaunchShortRowsBackward(cudaStream_t stream, const Plan& plan,
                                    const BackwardBuffers& b, RowGeometry g);
 ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
                                       const BackwardBuffers& b, RowGeometry g);
+ffi::Error LaunchRowsAndColumnsBackward(cudaStream_t stream, const Plan& plan,
+                                        const BackwardBuffers& b, RowGeometry g);
 
 // kFewRows, kWideRows, kBlockRows and kRowTeams; with a residual add
 // (where b has one), kFewRows and kBlockRows, the planner's only paths

@@ -160,6 +160,39 @@ std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, Pa
   return plan;
 }
 
+// The backward of at most kMaxRowsAndColumnsRows rows: a block a row for dx,
+// its threads each kMaxRowsAndColumnsVectors or fewer 16-byte vectors, and
+// blocks of kColumnBlockVectors vector columns of every row for the weight
+// gradient. The two kinds of block need nothing of each other, so one
+// kernel runs both, and the weight gradient takes no partial sums and no
+// second kernel: for a decoding batch those two kernels' latencies were
+// most of the row-teams backward's time.
+std::optional<Plan> RowsAndColumns(const Problem& p, const DeviceModel& device,
+                                   PathSet without, Refusals* refused) {
+  if (Contains(without, Path::kRowsAndColumns)) {
+    return Refuse(refused, Path::kRowsAndColumns, kLeftOut);
+  }
+  if (p.rows > kMaxRowsAndColumnsRows) {
+    return Refuse(refused, Path::kRowsAndColumns, "more than 64 rows");
+  }
+  const int64_t row_vectors = RowVectors(p);
+  const int64_t vectors = CeilDiv(row_vectors, kMaxThreads);
+  if (vectors > kMaxRowsAndColumnsVectors) {
+    return Refuse(refused, Path::kRowsAndColumns,
+                  "a row has more than 2,048 vectors of 16 bytes");
+  }
+  const int team = static_cast<int>(CeilDiv(row_vectors, vectors * kWarpSize) * kWarpSize);
+  Plan plan;
+  plan.path = Path::kRowsAndColumns;
+  plan.shape = Shape{1, team, 1, static_cast<int>(vectors)};
+  plan.rows_per_group = p.rows;
+  plan.groups = p.rows + CeilDiv(row_vectors, kColumnBlockVectors);
+  if (device.Resident(Kernel::kRowsAndColumns, p.dtype, plan.shape, 0) < 1) {
+    return Refuse(refused, Path::kRowsAndColumns, "its blocks do not fit an SM");
+  }
+  return plan;
+}
+
 // Why 16-bit rows of more than 512 threads a block do not get a block each
 // (FastForwardKernel, its weight loaded late), or nullptr where they do.
 const char* NotWideRows(const Problem& p, const Shape& shape, PathSet without) {
@@ -286,11 +319,12 @@ Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
 Plan PlanBackward(const Problem& p, const DeviceModel& device, PathSet without,
                   Refusals* refused) {
   if (!Fast(p) || p.num_partials < 1) {
-    return General({Path::kShortRows, Path::kColumnSlices, Path::kRowTeams}, kNotFast,
-                   refused);
+    return General({Path::kShortRows, Path::kColumnSlices, Path::kRowsAndColumns,
+                    Path::kRowTeams}, kNotFast, refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/false, without, refused)) return *plan;
   if (auto plan = ColumnSlices(p, device, without, refused)) return *plan;
+  if (auto plan = RowsAndColumns(p, device, without, refused)) return *plan;
   if (auto plan = RowTeamsBackward(p, device, without, refused)) return *plan;
   return Plan{};
 }
@@ -299,6 +333,7 @@ const char* PathName(Path path) {
   switch (path) {
     case Path::kShortRows: return "short_rows";
     case Path::kColumnSlices: return "column_slices";
+    case Path::kRowsAndColumns: return "rows_and_columns";
     case Path::kFewRows: return "few_rows";
     case Path::kWideRows: return "wide_rows";
     case Path::kBlockRows: return "block_rows";

@@ -31,8 +31,11 @@
 //                 kernels (rms_norm_general.cu).
 // backward: kShortRows; kColumnSlices, at most kMaxColumnSliceRows rows
 // (decoding) on GPUs with clusters: one cluster of kColumnSlices blocks,
-// each a slice of the columns of every row (rms_norm_column_slices.cu);
-// kRowTeams (rows a team or cluster holds) and kGeneral, likewise.
+// each a slice of the columns of every row; kRowsAndColumns, at most
+// kMaxRowsAndColumnsRows rows (a decoding batch): a block a row for dx
+// beside blocks of column slices of every row for the weight gradient, in
+// one kernel (both in rms_norm_column_slices.cu); kRowTeams (rows a team or
+// cluster holds) and kGeneral, likewise.
 // forward with a residual add (Problem::residual): kFewRows and
 // kBlockRows; kGeneral runs the general kernel with the residual add
 // (rms_norm_general.cu).
@@ -99,6 +102,15 @@ constexpr int kColumnSlices = kMaxCluster;
 constexpr int kColumnSliceThreads = 256;
 constexpr int64_t kMaxColumnSliceRows = 8;
 
+// Rows and columns (rms_norm_column_slices.cu): the backward of up to
+// kMaxRowsAndColumnsRows rows, a block of up to 1024 threads for each row's
+// dx, kMaxRowsAndColumnsVectors 16-byte vectors a thread, and blocks of
+// kColumnBlockVectors vector columns of every row for the weight gradient,
+// which then needs no partial sums.
+constexpr int64_t kMaxRowsAndColumnsRows = 64;
+constexpr int kMaxRowsAndColumnsVectors = 2;
+constexpr int kColumnBlockVectors = 16;
+
 // How a row is spread over threads.
 struct Shape {
   int cluster;  // blocks per row (1: no cluster)
@@ -119,6 +131,7 @@ enum class Kernel {
   kRowTeamsBackward,  // FastBackwardKernel<T, vectors, cluster > 1>
   kShortRowsBackward,  // ShortRowsBackwardKernel<T, W, lanes>
   kColumnSlices,       // ColumnSlicesBackwardKernel<T, rows>
+  kRowsAndColumns,     // RowsAndColumnsBackwardKernel<T, vectors>
 };
 
 // What the planner needs to know about a GPU.
@@ -160,6 +173,7 @@ struct Problem {
 enum class Path {
   kShortRows,
   kColumnSlices,
+  kRowsAndColumns,
   kFewRows,
   kWideRows,
   kBlockRows,
@@ -172,7 +186,8 @@ enum class Path {
 // shape.teams rows a block at once, `rows_per_group` rows a block in one go
 // (the backward's blocks go on to the rows a grid's width further). Block
 // rows: `rows_per_group` rows a block. Column slices: `rows_per_group`
-// rows. Row teams backward: each group adds up the weight gradient of
+// rows. Rows and columns: the first `rows_per_group` blocks a row each,
+// the others kColumnBlockVectors vector columns each. Row teams backward: each group adds up the weight gradient of
 // `rows_per_group` rows. (kernel_plans.kernel_plan names these by what
 // they are for each path: module.cc's PlanDict.)
 struct Plan {
