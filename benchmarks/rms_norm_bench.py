@@ -92,9 +92,9 @@ MODEL_IMPLS = ("gpu_ops", "xla")
 #: planner takes without it (--compare-paths --cases paths).
 PATH_CASES = [
     ("bfloat16", 262_144, 128),  # short rows (a QK-norm)
-    ("bfloat16", 8, 4_096),  # decoding: column slices
-    ("bfloat16", 64, 8_192),  # a decoding batch: rows and columns
-    ("bfloat16", 1, 4_096), ("bfloat16", 512, 1_024),  # few rows
+    ("bfloat16", 8, 4_096),  # decoding a batch: rows and columns (backward)
+    ("bfloat16", 1, 4_096),  # decoding one sequence: column slices (backward)
+    ("bfloat16", 512, 1_024),  # few rows
     ("bfloat16", 16_384, 1_024),  # rows a block holds
     ("bfloat16", 2_048, 16_384),  # a row a 1024-thread block
     ("bfloat16", 1_024, 32_768), ("bfloat16", 512, 65_536),  # a row a cluster

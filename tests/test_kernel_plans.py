@@ -34,10 +34,11 @@ CLASSES = [
     # kernels
     ((1, 131_072), jnp.bfloat16, ("row_teams", "general"), ("general", "general")),
     ((32, 512 * 512), jnp.bfloat16, ("general", "general"), ("general", "general")),
-    # decoding: the backward of a few rows over one cluster's column slices,
-    # or without clusters (and for up to 64 rows) in a block a row beside
-    # blocks of the weight gradient's columns
-    ((8, 4_096), jnp.bfloat16, ("few_rows", "column_slices"), ("few_rows", "rows_and_columns")),
+    # decoding: the backward of one row over one cluster's column slices, of
+    # up to 64 rows (and one without clusters) in a block a row beside blocks
+    # of the weight gradient's columns
+    ((8, 4_096), jnp.bfloat16, ("few_rows", "rows_and_columns"),
+     ("few_rows", "rows_and_columns")),
     ((1, 16_384), jnp.bfloat16, ("wide_rows", "column_slices"),
      ("wide_rows", "rows_and_columns")),
     ((64, 8_192), jnp.bfloat16, ("block_rows", "rows_and_columns"),
@@ -143,9 +144,9 @@ def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
         assert plan["column_blocks"] == math.ceil(row_length / values / 16)
         assert blocks == plan["row_blocks"] + plan["column_blocks"]
     else:
-        # one cluster of 8 blocks, a thread a vector column of every row
+        # one cluster of 8 blocks, a thread a vector column of the one row
         assert path == "column_slices"
-        assert direction == "backward" and gpu.clusters and plan["rows"] == rows <= 8
+        assert direction == "backward" and gpu.clusters and rows == 1
         assert (cluster, blocks) == (8, 8) and threads <= 256
         assert cluster * threads * values >= row_length
 
@@ -444,7 +445,7 @@ def test_a_plan_says_why_it_passed_over_the_paths_before_it():
 LAUNCH = {"blocks", "threads", "cluster", "shared_bytes"}
 PATH_FIELDS = {
     "short_rows": ({"lanes_per_row", "rows_per_block"}, {"lanes_per_row", "rows_per_block_pass"}),
-    "column_slices": (None, {"rows"}),
+    "column_slices": (None, set()),
     "rows_and_columns": (None, {"row_blocks", "column_blocks", "vectors_per_thread"}),
     "few_rows": ({"rows_per_block"}, None),
     "wide_rows": ({"rows_per_block", "vectors_per_thread"}, None),

@@ -114,8 +114,7 @@ py::dict PlanDict(const gpu_ops::Plan& plan, bool forward, const gpu_ops::Refusa
       // The backward's blocks go on through the rows, a grid's width apart.
       d[forward ? "rows_per_block" : "rows_per_block_pass"] = plan.rows_per_group;
       break;
-    case Path::kColumnSlices:  // a thread a vector column of every row
-      d["rows"] = plan.rows_per_group;
+    case Path::kColumnSlices:  // a thread a vector column of the row
       break;
     case Path::kRowsAndColumns:  // a block a row's dx; then blocks of dw's columns
       d["row_blocks"] = plan.rows_per_group;

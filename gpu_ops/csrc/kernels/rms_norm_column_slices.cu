@@ -14,8 +14,7 @@
 // since it holds its column of every row, its part of the weight gradient.
 // (The forward the same way was slower than a block a row, kFewRows.)
 //
-// Rows and columns (up to kMaxRowsAndColumnsRows rows): more rows than a
-// thread holds. The first blocks take a row each, add up its dot product and
+// Rows and columns (up to kMaxRowsAndColumnsRows rows): the first blocks take a row each, add up its dot product and
 // write its dx; the others take kColumnBlockVectors vector columns of every
 // row and add up the weight gradient over the rows. Neither kind needs the
 // other's results, so both run at once, from one launch.
@@ -167,17 +166,6 @@ __global__ void __launch_bounds__(kColumnSliceThreads)
   FinishClusterReads();
 }
 
-// Calls fn(std::integral_constant<int, rows>{}) for the power of two from 1
-// to kMaxColumnSliceRows that holds `rows` rows.
-template <typename Fn>
-decltype(auto) DispatchRows(int rows, Fn&& fn) {
-  static_assert(kMaxColumnSliceRows == 8);
-  if (rows <= 1) return fn(std::integral_constant<int, 1>{});
-  if (rows <= 2) return fn(std::integral_constant<int, 2>{});
-  if (rows <= 4) return fn(std::integral_constant<int, 4>{});
-  return fn(std::integral_constant<int, 8>{});
-}
-
 // The weight gradient's sums of a column block's threads, over the warps of
 // the block: each warp's, for its kColumnBlockVectors vector columns.
 template <int kSize>
@@ -315,11 +303,8 @@ ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
     using W = typename decltype(u)::type;
     using Y = typename decltype(v)::type;
     const auto args = FewRowsArgsOf<T, W, Y>(b, g);
-    return DispatchRows(args.rows, [&](auto rows) {
-      constexpr int kRows = decltype(rows)::value;
-      return Launch(stream, ColumnSlicesBackwardKernel<T, W, Y, kRows>, plan.shape, plan.groups, 0,
-                    "launching the column-slice backward kernel", args);
-    });
+    return Launch(stream, ColumnSlicesBackwardKernel<T, W, Y, kMaxColumnSliceRows>, plan.shape,
+                  plan.groups, 0, "launching the column-slice backward kernel", args);
   });
 }
 

@@ -132,9 +132,9 @@ std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool 
   return plan;
 }
 
-// The backward of at most kMaxColumnSliceRows rows, on a GPU with clusters:
-// one cluster, each block a slice of every row's columns, a thread a vector
-// column.
+// The backward of one row (at most kMaxColumnSliceRows), on a GPU with
+// clusters: one cluster, each block a slice of its columns, a thread a
+// vector column.
 std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, PathSet without,
                                  Refusals* refused) {
   if (Contains(without, Path::kColumnSlices)) {
@@ -142,7 +142,7 @@ std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, Pa
   }
   if (!device.Clusters()) return Refuse(refused, Path::kColumnSlices, "the GPU runs no clusters");
   if (p.rows > kMaxColumnSliceRows) {
-    return Refuse(refused, Path::kColumnSlices, "more than 8 rows");
+    return Refuse(refused, Path::kColumnSlices, "more than one row");
   }
   const int64_t threads = CeilDiv(CeilDiv(RowVectors(p), kColumnSlices), kWarpSize) * kWarpSize;
   if (threads > kColumnSliceThreads) {
@@ -153,7 +153,6 @@ std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, Pa
   plan.path = Path::kColumnSlices;
   plan.shape = Shape{kColumnSlices, static_cast<int>(threads), 1, 1};
   plan.groups = 1;
-  plan.rows_per_group = p.rows;
   if (device.Resident(Kernel::kColumnSlices, p.dtype, plan.shape, 0) < 1) {
     return Refuse(refused, Path::kColumnSlices, "its cluster does not fit the GPU");
   }

@@ -29,9 +29,9 @@
 //                 unaligned buffers, and rows too long for a cluster (longer
 //                 than models have: correct, not tuned), in the general
 //                 kernels (rms_norm_general.cu).
-// backward: kShortRows; kColumnSlices, at most kMaxColumnSliceRows rows
-// (decoding) on GPUs with clusters: one cluster of kColumnSlices blocks,
-// each a slice of the columns of every row; kRowsAndColumns, at most
+// backward: kShortRows; kColumnSlices, a single row (decoding one
+// sequence) on GPUs with clusters: one cluster of kColumnSlices blocks,
+// each a slice of its columns; kRowsAndColumns, at most
 // kMaxRowsAndColumnsRows rows (a decoding batch): a block a row for dx
 // beside blocks of column slices of every row for the weight gradient, in
 // one kernel (both in rms_norm_column_slices.cu); kRowTeams (rows a team or
@@ -95,12 +95,12 @@ constexpr int kShortRowsBackwardRows = 2;
 constexpr int kShortRowsBackwardBlocks = 3;  // an SM's, at least
 
 // Column slices (rms_norm_column_slices.cu): a cluster of kColumnSlices
-// blocks of up to kColumnSliceThreads threads (each may then take up to 255
-// registers, which 8 rows of dy and x need), a thread a 16-byte vector
-// column of each of up to kMaxColumnSliceRows rows.
+// blocks of up to kColumnSliceThreads threads, a thread a 16-byte vector
+// column of each of up to kMaxColumnSliceRows rows. For 8 rows, rows and
+// columns (below) ran faster; for one row of 8,192 or more values, this.
 constexpr int kColumnSlices = kMaxCluster;
 constexpr int kColumnSliceThreads = 256;
-constexpr int64_t kMaxColumnSliceRows = 8;
+constexpr int64_t kMaxColumnSliceRows = 1;
 
 // Rows and columns (rms_norm_column_slices.cu): the backward of up to
 // kMaxRowsAndColumnsRows rows, a block of up to 1024 threads for each row's
@@ -185,10 +185,10 @@ enum class Path {
 // dynamic shared memory each. Short rows: shape.team lanes a row,
 // shape.teams rows a block at once, `rows_per_group` rows a block in one go
 // (the backward's blocks go on to the rows a grid's width further). Block
-// rows: `rows_per_group` rows a block. Column slices: `rows_per_group`
-// rows. Rows and columns: the first `rows_per_group` blocks a row each,
-// the others kColumnBlockVectors vector columns each. Row teams backward: each group adds up the weight gradient of
-// `rows_per_group` rows. (kernel_plans.kernel_plan names these by what
+// rows: `rows_per_group` rows a block. Rows and columns: the first
+// `rows_per_group` blocks a row each, the others kColumnBlockVectors vector
+// columns each. Row teams backward: each group adds up the weight gradient
+// of `rows_per_group` rows. (kernel_plans.kernel_plan names these by what
 // they are for each path: module.cc's PlanDict.)
 struct Plan {
   Path path = Path::kGeneral;
