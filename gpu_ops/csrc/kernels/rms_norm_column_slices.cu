@@ -14,10 +14,11 @@
 // since it holds its column of every row, its part of the weight gradient.
 // (The forward the same way was slower than a block a row, kFewRows.)
 //
-// Rows and columns (up to kMaxRowsAndColumnsRows rows): the first blocks take a row each, add up its dot product and
-// write its dx; the others take kColumnBlockVectors vector columns of every
-// row and add up the weight gradient over the rows. Neither kind needs the
-// other's results, so both run at once, from one launch.
+// Rows and columns (up to kMaxRowsAndColumnsRows rows): the first blocks
+// take a row each, add up its dot product and write its dx; the others take
+// kColumnBlockVectors vector columns of every row and add up the weight
+// gradient over the rows. Neither kind needs the other's results, so both
+// run at once, from one launch.
 //
 // Both take 16-bit x with a float32 weight too.
 #include <cooperative_groups.h>

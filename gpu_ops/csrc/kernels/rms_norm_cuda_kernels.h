@@ -11,8 +11,8 @@
 //   residual add too;
 // - rms_norm_fp8.cu: the forward quantised to float8, any dtypes;
 // - rms_norm_from_fp8.cu: the norm of a float8 input, forward and backward;
-// the last three run the general kernels (general_rows.cuh), every backward
-// ends with sum_partials.cuh.
+// the last three run the general kernels (general_rows.cuh). The backwards
+// of more rows than rms_norm_column_slices.cu takes end with sum_partials.cuh.
 //
 // Buffers have been validated (rms_norm_checks.h) and rows > 0.
 #ifndef GPU_OPS_RMS_NORM_CUDA_KERNELS_H_
