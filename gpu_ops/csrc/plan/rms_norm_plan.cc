@@ -165,7 +165,9 @@ std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, Pa
 // gradient. The two kinds of block need nothing of each other, so one
 // kernel runs both, and the weight gradient takes no partial sums and no
 // second kernel: for a decoding batch those two kernels' latencies were
-// most of the row-teams backward's time.
+// most of the row-teams backward's time. Each column block adds up its
+// columns over every row in turn, a loop that more rows would lengthen:
+// batches of more than kMaxRowsAndColumnsRows take the row teams.
 std::optional<Plan> RowsAndColumns(const Problem& p, const DeviceModel& device,
                                    PathSet without, Refusals* refused) {
   if (Contains(without, Path::kRowsAndColumns)) {
