@@ -93,6 +93,9 @@ __device__ void FinishClusterReads() {
 // or float32 beside 16-bit x; dy of Y: W, or T (the forward's out_dtype).
 template <typename T, typename W, typename Y>
 struct FewRowsArgs {
+  using X = T;
+  using Weight = W;
+  using Dy = Y;
   const Y* dy;
   const float* inv_rms;
   const T* x;
@@ -249,15 +252,21 @@ __global__ void __launch_bounds__(kMaxThreads)
   a.dw[int64_t{first} * P::kSize + value] = Storage<W>::From(total);
 }
 
-// The arguments of either kernel for a call's buffers.
-template <typename T, typename W, typename Y>
-FewRowsArgs<T, W, Y> FewRowsArgsOf(const BackwardBuffers& b, RowGeometry g) {
-  return {static_cast<const Y*>(b.dy.untyped_data()),
-          static_cast<const float*>(b.inv_rms.untyped_data()),
-          static_cast<const T*>(b.x.untyped_data()), static_cast<const W*>(b.w.untyped_data()),
-          static_cast<T*>(b.dx.untyped_data()), static_cast<W*>(b.dw.untyped_data()),
-          static_cast<int>(g.rows), static_cast<int>(g.row_length / Pack<T>::kSize),
-          Reciprocal(g.row_length)};
+// fn(args): either kernel's operands for a call's buffers, of their dtypes.
+template <typename Fn>
+ffi::Error WithFewRowsArgs(const BackwardBuffers& b, RowGeometry g, Fn&& fn) {
+  return DispatchRowTypes(b.x, b.w, b.dy, [&](auto t, auto u, auto v) {
+    using T = typename decltype(t)::type;
+    using W = typename decltype(u)::type;
+    using Y = typename decltype(v)::type;
+    return fn(FewRowsArgs<T, W, Y>{
+        static_cast<const Y*>(b.dy.untyped_data()),
+        static_cast<const float*>(b.inv_rms.untyped_data()),
+        static_cast<const T*>(b.x.untyped_data()), static_cast<const W*>(b.w.untyped_data()),
+        static_cast<T*>(b.dx.untyped_data()), static_cast<W*>(b.dw.untyped_data()),
+        static_cast<int>(g.rows), static_cast<int>(g.row_length / Pack<T>::kSize),
+        Reciprocal(g.row_length)});
+  });
 }
 
 }  // namespace
@@ -283,14 +292,11 @@ int64_t RowsAndColumnsResident(DType dtype, const Shape& shape) {
 
 ffi::Error LaunchRowsAndColumnsBackward(cudaStream_t stream, const Plan& plan,
                                         const BackwardBuffers& b, RowGeometry g) {
-  return DispatchRowTypes(b.x, b.w, b.dy, [&](auto t, auto u, auto v) {
-    using T = typename decltype(t)::type;
-    using W = typename decltype(u)::type;
-    using Y = typename decltype(v)::type;
-    const auto args = FewRowsArgsOf<T, W, Y>(b, g);
+  return WithFewRowsArgs(b, g, [&](auto args) {
+    using A = decltype(args);
     return DispatchVectors<kMaxRowsAndColumnsVectors>(plan.shape.vectors, [&](auto vectors) {
       constexpr int kVectors = decltype(vectors)::value;
-      RowsAndColumnsBackwardKernel<T, W, Y, kVectors>
+      RowsAndColumnsBackwardKernel<typename A::X, typename A::Weight, typename A::Dy, kVectors>
           <<<static_cast<unsigned>(plan.groups), plan.shape.team, 0, stream>>>(args);
       return CheckLaunch("launching the rows-and-columns backward kernel");
     });
@@ -299,13 +305,12 @@ ffi::Error LaunchRowsAndColumnsBackward(cudaStream_t stream, const Plan& plan,
 
 ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
                                       const BackwardBuffers& b, RowGeometry g) {
-  return DispatchRowTypes(b.x, b.w, b.dy, [&](auto t, auto u, auto v) {
-    using T = typename decltype(t)::type;
-    using W = typename decltype(u)::type;
-    using Y = typename decltype(v)::type;
-    const auto args = FewRowsArgsOf<T, W, Y>(b, g);
-    return Launch(stream, ColumnSlicesBackwardKernel<T, W, Y, kMaxColumnSliceRows>, plan.shape,
-                  plan.groups, 0, "launching the column-slice backward kernel", args);
+  return WithFewRowsArgs(b, g, [&](auto args) {
+    using A = decltype(args);
+    return Launch(stream,
+                  ColumnSlicesBackwardKernel<typename A::X, typename A::Weight, typename A::Dy,
+                                             kMaxColumnSliceRows>,
+                  plan.shape, plan.groups, 0, "launching the column-slice backward kernel", args);
   });
 }
 
