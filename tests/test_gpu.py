@@ -99,8 +99,9 @@ def test_more_than_two_to_the_31_elements():
 # (gpu_ops/csrc/plan/rms_norm_plan.h) in each direction, on a GPU with clusters and
 # without: rows of up to 256 values take a group of a warp's lanes each (of
 # 262,147 such rows, the backward's blocks go through them several times);
-# the backward of one row takes one cluster's column slices, the last slice
-# part empty (a row of 4,104 values; on a GPU with clusters); up to 64 take a
+# the backward of one row longer than a block's threads' vectors takes one
+# cluster's column slices, the last slice part empty (a row of 13,600
+# values; on a GPU with clusters); up to 64 take a
 # block a row beside blocks of columns (37 rows of 12,296 values: 2 vectors a
 # thread, the last column block of one vector); 67 rows
 # are few (a block per row, a thread per 16-byte vector),
@@ -111,7 +112,7 @@ def test_more_than_two_to_the_31_elements():
 # whose forward takes a cluster and backward the general kernel), rows not
 # of whole 16-byte vectors, and float64.
 PATH_CASES = [((262_147, 128), jnp.bfloat16), ((67, 200), jnp.float32),
-              ((1, 4_104), jnp.bfloat16), ((8, 8_192), jnp.float32),
+              ((1, 13_600), jnp.bfloat16), ((8, 8_192), jnp.float32),
               ((37, 12_296), jnp.bfloat16),
               ((67, 1_024), jnp.bfloat16), ((4_099, 1_024), jnp.float32),
               ((1_001, 16_384), jnp.bfloat16), ((67, 65_536), jnp.bfloat16),
@@ -234,7 +235,7 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
 # column slices, the last slice part empty; rows and columns; few rows;
 # rows a block holds; 16-bit rows of 16,384 and their backward's clusters), and the general
 # kernels longer rows.
-FLOAT32_WEIGHT_CASES = [(5, 16, 128), (40_009, 64), (4_099, 256), (1, 4_104), (37, 12_296),
+FLOAT32_WEIGHT_CASES = [(5, 16, 128), (40_009, 64), (4_099, 256), (1, 13_600), (37, 12_296),
                         (67, 2_048), (4_099, 1_024), (1_001, 16_384), (67, 65_536)]
 
 

@@ -132,9 +132,9 @@ std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool 
   return plan;
 }
 
-// The backward of one row (at most kMaxColumnSliceRows), on a GPU with
-// clusters: one cluster, each block a slice of its columns, a thread a
-// vector column.
+// The backward of one row (at most kMaxColumnSliceRows) of more vectors
+// than a block has threads, on a GPU with clusters: one cluster, each block
+// a slice of its columns, a thread a vector column.
 std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, PathSet without,
                                  Refusals* refused) {
   if (Contains(without, Path::kColumnSlices)) {
@@ -143,6 +143,10 @@ std::optional<Plan> ColumnSlices(const Problem& p, const DeviceModel& device, Pa
   if (!device.Clusters()) return Refuse(refused, Path::kColumnSlices, "the GPU runs no clusters");
   if (p.rows > kMaxColumnSliceRows) {
     return Refuse(refused, Path::kColumnSlices, "more than one row");
+  }
+  if (RowVectors(p) <= kMaxThreads) {
+    return Refuse(refused, Path::kColumnSlices,
+                  "a block holds the row, a vector a thread (rows and columns)");
   }
   const int64_t threads = CeilDiv(CeilDiv(RowVectors(p), kColumnSlices), kWarpSize) * kWarpSize;
   if (threads > kColumnSliceThreads) {
@@ -196,12 +200,17 @@ std::optional<Plan> RowsAndColumns(const Problem& p, const DeviceModel& device,
 
 // Why 16-bit rows of more than 512 threads a block do not get a block each
 // (FastForwardKernel, its weight loaded late), or nullptr where they do.
-const char* NotWideRows(const Problem& p, const Shape& shape, PathSet without) {
+// Loading the weight late pays only where an SM holds two such blocks: with
+// fewer rows than SMs it holds one, and block rows (the weight in registers)
+// ran faster.
+const char* NotWideRows(const Problem& p, const Shape& shape, const DeviceModel& device,
+                        PathSet without) {
   if (p.residual) return kNoResidualKernel;
   if (Contains(without, Path::kWideRows)) return kLeftOut;
   if (ElementBytes(p.dtype) != 2) return "x is not 16-bit";
   if (shape.cluster != 1) return "a row needs a cluster of blocks";
   if (shape.team <= kMaxThreads / 2) return "a row takes at most 512 threads";
+  if (p.rows < device.Sms()) return "fewer rows than SMs";
   if (p.rows > kMaxGrid) return "more rows than a grid has blocks";
   return nullptr;
 }
@@ -218,7 +227,7 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
   plan.shape = *shape;
   // 16-bit rows in blocks of more than 512 threads: one row a block, so that
   // an SM holds two blocks (FastForwardKernel, its weight loaded late).
-  if (const char* why = NotWideRows(p, *shape, without)) {
+  if (const char* why = NotWideRows(p, *shape, device, without)) {
     Refuse(refused, Path::kWideRows, why);
   } else {
     plan.path = Path::kWideRows;

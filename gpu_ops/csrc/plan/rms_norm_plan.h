@@ -19,7 +19,8 @@
 //   kFewRows      a block per row and a thread per 16-byte vector, when the
 //                 GPU holds every row's block at once (rms_norm_fast.cu);
 //   kWideRows     16-bit rows of more than 512 vectors (wider than half a
-//                 block): a row a 1024-thread block, two blocks an SM;
+//                 block), at least as many as SMs: a row a 1024-thread
+//                 block, two blocks an SM;
 //   kBlockRows    the other rows a block holds: a block takes one or more
 //                 rows, each thread keeping all its loads of them in flight;
 //   kRowTeams     rows over a cluster of up to 8 blocks (Hopper), or more
@@ -30,8 +31,9 @@
 //                 than models have: correct, not tuned), in the general
 //                 kernels (rms_norm_general.cu).
 // backward: kShortRows; kColumnSlices, a single row (decoding one
-// sequence) on GPUs with clusters: one cluster of kColumnSlices blocks,
-// each a slice of its columns; kRowsAndColumns, at most
+// sequence) of more vectors than a block has threads, on GPUs with
+// clusters: one cluster of kColumnSlices blocks, each a slice of its
+// columns; kRowsAndColumns, at most
 // kMaxRowsAndColumnsRows rows (a decoding batch): a block a row for dx
 // beside blocks of column slices of every row for the weight gradient, in
 // one kernel (both in rms_norm_column_slices.cu); kRowTeams (rows a team or
@@ -96,8 +98,9 @@ constexpr int kShortRowsBackwardBlocks = 3;  // an SM's, at least
 
 // Column slices (rms_norm_column_slices.cu): a cluster of kColumnSlices
 // blocks of up to kColumnSliceThreads threads, a thread a 16-byte vector
-// column of each of up to kMaxColumnSliceRows rows. For 8 rows, rows and
-// columns (below) ran faster; for one row of 8,192 or more values, this.
+// column of each of up to kMaxColumnSliceRows rows. For 8 rows, and for a
+// row that one block holds a vector a thread (up to 8,192 16-bit values),
+// rows and columns (below) ran faster; for longer rows, this.
 constexpr int kColumnSlices = kMaxCluster;
 constexpr int kColumnSliceThreads = 256;
 constexpr int64_t kMaxColumnSliceRows = 1;
