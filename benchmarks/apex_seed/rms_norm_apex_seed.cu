@@ -154,7 +154,8 @@ ffi::Error Forward(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
                    ffi::Result<ffi::AnyBuffer> y,
                    ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
   RowGeometry g;
-  if (auto err = CheckForwardBuffers(x, w, eps, *y, *inv_rms, &g); err.failure()) {
+  if (auto err = CheckForward(ResidualForwardBuffers{x, w, *y, *inv_rms}, eps, &g);
+      err.failure()) {
     return err;
   }
   if (g.rows == 0) return ffi::Error::Success();
