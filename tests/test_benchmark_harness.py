@@ -2,7 +2,10 @@
 
 import importlib.util
 import json
+import os
 import pathlib
+import shutil
+import subprocess
 
 import jax
 import numpy as np
@@ -300,6 +303,25 @@ def test_multi_device_harness_writes_records(tmp_path):
         (n, v, op) for n in counts for v in bench.VARIANTS for op in ("fwd", "fwd_bwd")}
     for r in records:
         assert set(r) == MULTI_FIELDS and r["median_us"] > 0
+
+
+def nvcc():
+    """The CUDA compiler the build would use (build.sh's search), or None."""
+    default = "/usr/local/cuda/bin/nvcc"
+    return (os.environ.get("CUDACXX") or shutil.which("nvcc")
+            or (default if os.access(default, os.X_OK) else None))
+
+
+@pytest.mark.skipif(nvcc() is None, reason="no nvcc: the build has no CUDA kernels either")
+def test_the_seeds_kernels_compile(tmp_path):
+    # Only GPU machines build the seed (GPU_OPS_APEX_SEED=1), so a change to
+    # the handlers' checks it shares would otherwise first fail there.
+    root = BENCHMARKS.parent
+    subprocess.run([nvcc(), "-std=c++17", "-arch=sm_90", "--expt-relaxed-constexpr",
+                    f"-I{root / 'gpu_ops' / 'csrc'}", f"-I{BENCHMARKS / 'apex_seed'}",
+                    "-isystem", jax.ffi.include_dir(), "-c",
+                    str(BENCHMARKS / "apex_seed" / "rms_norm_apex_seed.cu"),
+                    "-o", str(tmp_path / "seed.o")], check=True)
 
 
 @pytest.mark.gpu
