@@ -97,20 +97,18 @@ def test_more_than_two_to_the_31_elements():
 
 # Shapes that together take every kernel path of the planner
 # (gpu_ops/csrc/plan/rms_norm_plan.h) in each direction, on a GPU with clusters and
-# without: rows of up to 256 values take a group of a warp's lanes each (of
-# 262,147 such rows, the backward's blocks go through them several times);
-# the backward of one row longer than a block's threads' vectors takes one
-# cluster's column slices, the last slice part empty (a row of 13,600
-# values; on a GPU with clusters); up to 64 take a
-# block a row beside blocks of columns (37 rows of 12,296 values: 2 vectors a
-# thread, the last column block of one vector); 67 rows
-# are few (a block per row, a thread per 16-byte vector),
-# 4,099 are not; 16-bit rows of 16,384 take a 1024-thread block each; rows
-# of 65,536 take a cluster (on Hopper; the general kernels elsewhere); and
-# the general kernels (rms_norm_general.cu) take what the fast ones do not:
-# rows longer than a cluster holds (the seed's 32 x 262,144, and 3 x 131,080,
-# whose forward takes a cluster and backward the general kernel), rows not
-# of whole 16-byte vectors, and float64.
+# without: rows of up to 256 values take a group of a warp's lanes each (of 262,147 such
+# rows, the backward's blocks go through them several times); the backward of one row
+# longer than a block's threads' vectors takes one cluster's column slices, the last
+# slice part empty (a row of 13,600 values; on a GPU with clusters); up to 64 take a
+# block a row beside blocks of columns (37 rows of 12,296 values: 2 vectors a thread,
+# the last column block of one vector); 67 rows are few (a block per row, a thread per
+# 16-byte vector), 4,099 are not; 1,001 16-bit rows of 16,384 (more than SMs) a
+# 1024-thread block each; rows of 65,536 take a cluster (on Hopper; the general kernels
+# elsewhere); and the general kernels (rms_norm_general.cu) take what the fast ones do
+# not: rows longer than a cluster holds (the seed's 32 x 262,144, and 3 x 131,080, whose
+# forward takes a cluster and backward the general kernel), rows not of whole 16-byte
+# vectors, and float64.
 PATH_CASES = [((262_147, 128), jnp.bfloat16), ((67, 200), jnp.float32),
               ((1, 13_600), jnp.bfloat16), ((8, 8_192), jnp.float32),
               ((37, 12_296), jnp.bfloat16),
