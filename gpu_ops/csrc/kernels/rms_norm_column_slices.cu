@@ -6,13 +6,14 @@
 // launched. The row-team backward gives each block two rows in turn and
 // leaves the weight gradient to a second kernel. Here one kernel does it all.
 //
-// Column slices (up to kMaxColumnSliceRows rows, on GPUs with clusters): one
-// cluster of kColumnSlices blocks takes every row: block b a slice of the
-// columns, each thread one 16-byte vector column of all the rows, all its
-// loads in flight at once. The blocks add up each row's dot product through
-// each other's shared memory; then each thread writes its column of dx and,
-// since it holds its column of every row, its part of the weight gradient.
-// (The forward the same way was slower than a block a row, kFewRows.)
+// Column slices (up to kMaxColumnSliceRows rows of more vectors than a block
+// has threads, on GPUs with clusters): one cluster of kColumnSlices blocks
+// takes every row: block b a slice of the columns, each thread one 16-byte
+// vector column of all the rows, all its loads in flight at once. The blocks
+// add up each row's dot product through each other's shared memory; then
+// each thread writes its column of dx and, since it holds its column of
+// every row, its part of the weight gradient. (The forward the same way was
+// slower than a block a row, kFewRows.)
 //
 // Rows and columns (up to kMaxRowsAndColumnsRows rows): the first blocks
 // take a row each, add up its dot product and write its dx; the others take
