@@ -123,32 +123,6 @@ __device__ __noinline__ float InverseRms(float total, float inv_row_length,
   return rsqrtf(total * inv_row_length + eps);
 }
 
-// ptxas issues a load of the weight only once x's loads have landed (it
-// places a load near its first use, after the block's barrier, counting on
-// other warps to hide the wait), so a block alone on its SM, as with a few
-// rows, waits for memory twice. A word of each of the thread's weight loads,
-// masked by `zero` (0, which ptxas cannot know), ORed into a row's sum of
-// squares makes that sum wait for both, so the loads are in flight together.
-template <int kVectors, typename PW>
-__device__ __forceinline__ float AfterWeight(float sum, const PW (&w)[kVectors],
-                                             uint32_t zero) {
-  uint32_t bits = __float_as_uint(sum);
-#pragma unroll
-  for (int k = 0; k < kVectors; ++k) {
-    uint32_t words[sizeof(PW) / 4];
-    memcpy(words, &w[k], sizeof(PW));
-#pragma unroll
-    for (int i = 0; i < static_cast<int>(sizeof(PW) / 16); ++i) bits |= words[4 * i] & zero;
-  }
-  return __uint_as_float(bits);
-}
-
-// A weight loaded late is wanted late.
-template <typename PW>
-__device__ __forceinline__ float AfterWeight(float sum, LateWeight<PW>, uint32_t) {
-  return sum;
-}
-
 // The block adds up the squares of each of its rows (one barrier for all of
 // them, through warp_sums), then writes y = w * (x * inv) and inv_rms for
 // the rows that exist.
@@ -162,10 +136,9 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors], const Weight& weig
                               const Place& at) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  const uint32_t zero = static_cast<uint32_t>(static_cast<uint64_t>(rows) >> 63);  // rows >= 0
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float sum_squares = WarpSum(AfterWeight(SumSquares(xv[r]), weight, zero));
+    const float sum_squares = WarpSum(SumSquares(xv[r]));
     if (lane == 0) warp_sums[r][warp] = sum_squares;
   }
   __syncthreads();
