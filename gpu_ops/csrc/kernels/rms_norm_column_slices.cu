@@ -103,7 +103,7 @@ struct FewRowsArgs {
   const W* w;
   T* dx;
   W* dw;
-  int rows;  // the column slices' kRows at most, or kMaxRowsAndColumnsRows
+  int rows;  // kMaxColumnSliceRows at most, or kMaxRowsAndColumnsRows
   int row_vectors;
   float inv_row_length;
 };
@@ -111,9 +111,10 @@ struct FewRowsArgs {
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Block b of the one cluster takes vector columns b * blockDim.x to
 // (b + 1) * blockDim.x - 1 of the `rows` rows (at most kRows).
-template <typename T, typename W, typename Y, int kRows>
+template <typename T, typename W, typename Y>
 __global__ void __launch_bounds__(kColumnSliceThreads)
     ColumnSlicesBackwardKernel(FewRowsArgs<T, W, Y> a) {
+  constexpr int kRows = kMaxColumnSliceRows;
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
   using PY = PackBeside<T, Y>;
@@ -276,7 +277,7 @@ int64_t ColumnSlicesResident(DType dtype, const Shape& shape) {
   return DispatchFastType(dtype, [&](auto tag) -> int64_t {
     using T = typename decltype(tag)::type;
     // (x's dtype alone: a float32 weight's instance has the same block)
-    const auto kernel = ColumnSlicesBackwardKernel<T, T, T, kMaxColumnSliceRows>;
+    const auto kernel = ColumnSlicesBackwardKernel<T, T, T>;
     if (!RunsHopperCode(kernel)) return 0;
     return ResidentGroups(kernel, shape, 0);
   });
@@ -309,8 +310,7 @@ ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
   return WithFewRowsArgs(b, g, [&](auto args) {
     using A = decltype(args);
     return Launch(stream,
-                  ColumnSlicesBackwardKernel<typename A::X, typename A::Weight, typename A::Dy,
-                                             kMaxColumnSliceRows>,
+                  ColumnSlicesBackwardKernel<typename A::X, typename A::Weight, typename A::Dy>,
                   plan.shape, plan.groups, 0, "launching the column-slice backward kernel", args);
   });
 }
