@@ -16,7 +16,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -95,35 +94,6 @@ __device__ __forceinline__ void StartNextKernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-// EXPERIMENT: GPU_OPS_EXP_PDL=1 launches every fast kernel early.
-inline bool EarlyLaunches() {
-  static const bool early = std::getenv("GPU_OPS_EXP_PDL") != nullptr;
-  return early;
-}
-
-// At the top of every fast kernel (EXPERIMENT).
-__device__ __forceinline__ void EnterAfterPreviousKernel() {
-  WaitForPreviousKernel();
-  StartNextKernel();
-}
-
-template <typename... Params, typename... Args>
-ffi::Error LaunchMaybeEarly(cudaStream_t stream, dim3 grid, dim3 block, const char* what,
-                            void (*kernel)(Params...), Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = stream;
-  cudaLaunchAttribute early[1];
-  if (EarlyLaunches() && RunsHopperCode(kernel)) {
-    early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    early[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = early;
-    config.numAttrs = 1;
-  }
-  return CudaStatus(cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 
 // kernel<<<grid, block, 0, stream>>>(args...), allowed to start early (see

@@ -472,15 +472,9 @@ ffi::Error Launch(cudaStream_t stream, Kernel kernel, const Shape& shape,
     return ffi::Error::Internal(std::string("gpu_ops rms_norm: ") + what +
                                 ": the GPU has too little shared memory");
   }
-  cudaLaunchAttribute attrs[2];
-  cudaLaunchConfig_t config =
-      LaunchConfig(shape, groups, shared_bytes, stream, attrs);
-  if (EarlyLaunches() && RunsHopperCode(kernel)) {
-    attrs[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[config.numAttrs].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attrs;
-    config.numAttrs += 1;
-  }
+  cudaLaunchAttribute cluster_dims[1];
+  const cudaLaunchConfig_t config =
+      LaunchConfig(shape, groups, shared_bytes, stream, cluster_dims);
   return CudaStatus(cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 

@@ -114,7 +114,6 @@ struct FewRowsArgs {
 template <typename T, typename W, typename Y>
 __global__ void __launch_bounds__(kColumnSliceThreads)
     ColumnSlicesBackwardKernel(FewRowsArgs<T, W, Y> a) {
-  EnterAfterPreviousKernel();  // EXPERIMENT
   constexpr int kRows = kMaxColumnSliceRows;
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
@@ -188,7 +187,6 @@ struct ColumnBlockSums {
 template <typename T, typename W, typename Y, int kVectors>
 __global__ void __launch_bounds__(kMaxThreads)
     RowsAndColumnsBackwardKernel(FewRowsArgs<T, W, Y> a) {
-  EnterAfterPreviousKernel();  // EXPERIMENT
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
   using PY = PackBeside<T, Y>;
@@ -300,9 +298,9 @@ ffi::Error LaunchRowsAndColumnsBackward(cudaStream_t stream, const Plan& plan,
     using A = decltype(args);
     return DispatchVectors<kMaxRowsAndColumnsVectors>(plan.shape.vectors, [&](auto vectors) {
       constexpr int kVectors = decltype(vectors)::value;
-      return LaunchMaybeEarly(stream, dim3(static_cast<unsigned>(plan.groups)), dim3(plan.shape.team),
-          "launching the rows-and-columns backward kernel",
-      RowsAndColumnsBackwardKernel<typename A::X, typename A::Weight, typename A::Dy, kVectors>, args);
+      RowsAndColumnsBackwardKernel<typename A::X, typename A::Weight, typename A::Dy, kVectors>
+          <<<static_cast<unsigned>(plan.groups), plan.shape.team, 0, stream>>>(args);
+      return CheckLaunch("launching the rows-and-columns backward kernel");
     });
   });
 }

@@ -193,7 +193,6 @@ __global__ void __maxnreg__(kWeightLate || kVectors * kRows == 1
                       int64_t rows, int row_vectors, float inv_row_length,
                       float eps, const T* __restrict__ residual,
                       T* __restrict__ sum) {
-  EnterAfterPreviousKernel();  // EXPERIMENT
   static_assert(!kWeightLate || (kRows == 1 && !kResidual), "a row a block, no residual");
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
@@ -249,7 +248,6 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                       T* __restrict__ y, float* __restrict__ inv_rms,
                       int64_t rows, int row_vectors, Shape shape,
                       float row_length, float eps) {
-  EnterAfterPreviousKernel();  // EXPERIMENT
   using P = Pack<T>;
   extern __shared__ __align__(128) float4 ring_memory[];  // see RowRing
   __shared__ TeamSumSlots sums;
@@ -341,7 +339,6 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                        int64_t rows, int row_vectors, int64_t num_partials,
                        int rows_per_partial, Shape shape,
                        float inv_row_length) {
-  EnterAfterPreviousKernel();  // EXPERIMENT
   using P = Pack<T>;
   using PW = PackBeside<T, W>;
   using PY = PackBeside<T, Y>;
@@ -532,19 +529,21 @@ ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
             constexpr int kVectors = decltype(vectors)::value;
             if constexpr (!kResidual && sizeof(T) == 2) {
               if (plan.path == Path::kWideRows) {
-                return LaunchMaybeEarly(stream, dim3(static_cast<unsigned>(plan.groups)), dim3(shape.team), what,
-                    FastForwardKernel<T, W, Y, kVectors, 1, false, true>,
+                FastForwardKernel<T, W, Y, kVectors, 1, false, true>
+                    <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
                         x, w, y, inv_rms, g.rows, row_vectors, inv_row_length, epsilon,
-                        static_cast<const T*>(nullptr), static_cast<T*>(nullptr));
+                        nullptr, nullptr);
+                return CheckLaunch(what);
               }
             }
             // The kernel's rows a block are a template argument: the plan's,
             // RowsPerBlock or one.
             const auto block_rows = [&](auto rows) {
-              return LaunchMaybeEarly(stream, dim3(static_cast<unsigned>(plan.groups)), dim3(shape.team), what,
-              FastForwardKernel<T, W, Y, kVectors, decltype(rows)::value, kResidual>,
+              FastForwardKernel<T, W, Y, kVectors, decltype(rows)::value, kResidual>
+                  <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
                       x, w, y, inv_rms, g.rows, row_vectors, inv_row_length,
                       epsilon, residual, sum);
+              return CheckLaunch(what);
             };
             constexpr int kRows = RowsPerBlock(kVectors, kResidual);
             if (plan.path == Path::kBlockRows && plan.rows_per_group == kRows) {

@@ -89,7 +89,6 @@ __global__ void __launch_bounds__(kShortRowsThreads)
                            Y* __restrict__ y, float* __restrict__ inv_rms,
                            int64_t rows, int row_length, float inv_row_length,
                            float eps) {
-  EnterAfterPreviousKernel();  // EXPERIMENT
   const LanePlace<kLanes> at(row_length);
   constexpr int kGroups = LanePlace<kLanes>::kGroups;
   const int64_t first = int64_t{blockIdx.x} * kGroups * kRows + at.group;
@@ -128,7 +127,6 @@ __global__ void __launch_bounds__(kShortRowsThreads, kShortRowsBackwardBlocks)
                             const T* __restrict__ x, const W* __restrict__ w,
                             T* __restrict__ dx, float* __restrict__ partials,
                             int64_t rows, int row_length, float inv_row_length) {
-  EnterAfterPreviousKernel();  // EXPERIMENT
   constexpr int kGroups = LanePlace<kLanes>::kGroups;
   __shared__ float sums[kGroups][kLanes * kShortRowLaneValues];
   const LanePlace<kLanes> at(row_length);
@@ -216,14 +214,14 @@ ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
     return DispatchLanes(plan.shape.team, [&](auto lanes) {
       constexpr int kLanes = decltype(lanes)::value;
       const auto launch = [&](auto kernel) {
-        return LaunchMaybeEarly(stream, dim3(static_cast<unsigned>(plan.groups)), dim3(kShortRowsThreads),
-            "launching the short-row forward kernel", kernel,
+        kernel<<<static_cast<unsigned>(plan.groups), kShortRowsThreads, 0, stream>>>(
             static_cast<const T*>(b.x.untyped_data()),
             static_cast<const W*>(b.w.untyped_data()),
             static_cast<Y*>(b.y.untyped_data()),
             static_cast<float*>(b.inv_rms.untyped_data()), g.rows,
             static_cast<int>(g.row_length), Reciprocal(g.row_length),
             static_cast<float>(eps));
+        return CheckLaunch("launching the short-row forward kernel");
       };
       // A team's rows: the plan's, kShortRowsForwardRows or one.
       if (plan.rows_per_group == plan.shape.teams) {
@@ -243,15 +241,15 @@ ffi::Error LaunchShortRowsBackward(cudaStream_t stream, const Plan& plan,
     using Y = typename decltype(v)::type;
     const ffi::Error launched = DispatchLanes(plan.shape.team, [&](auto lanes) {
       constexpr int kLanes = decltype(lanes)::value;
-      return LaunchMaybeEarly(stream, dim3(static_cast<unsigned>(plan.groups)), dim3(kShortRowsThreads),
-          "launching the short-row backward kernel",
-      ShortRowsBackwardKernel<T, W, Y, kLanes, kShortRowsBackwardRows>,
+      ShortRowsBackwardKernel<T, W, Y, kLanes, kShortRowsBackwardRows>
+          <<<static_cast<unsigned>(plan.groups), kShortRowsThreads, 0, stream>>>(
               static_cast<const Y*>(b.dy.untyped_data()),
               static_cast<const float*>(b.inv_rms.untyped_data()),
               static_cast<const T*>(b.x.untyped_data()),
               static_cast<const W*>(b.w.untyped_data()),
               static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
               static_cast<int>(g.row_length), Reciprocal(g.row_length));
+      return CheckLaunch("launching the short-row backward kernel");
     });
     if (launched.failure()) return launched;
     return SumPartials(stream, partials, static_cast<W*>(b.dw.untyped_data()), plan.groups,

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     SumPartialsKernel(const Columns<A, kValues>* __restrict__ partials, W* __restrict__ dw,
                       int64_t num_partials, int64_t columns) {
   __shared__ Columns<A, kValues> sums[kMaxThreads];  // [blockDim.y][blockDim.x]
-  EnterAfterPreviousKernel();  // the backward that wrote the partial rows
+  WaitForPreviousKernel();  // the backward that wrote the partial rows
   const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   Columns<A, kValues> sum = {};
   if (col < columns) {
