@@ -80,7 +80,7 @@ def bandwidth_figure(records, dtype="bfloat16"):
                    width=width, label=impl, color=f"C{IMPLS.index(impl)}")
         ax.axhline(1.0, color="black", linewidth=1, label="copy")
         ax.set_xticks(at, [f"{r}x{c}" for r, c in cases], rotation=60)
-        ax.set(title=f"{records[0]['device']}: {title}, {dtype}",
+        ax.set(title=f"{records[0]['device']} ({records[0]['commit'][:7]}): {title}, {dtype}",
                xlabel="rows x row length", ylim=(0, 1.4))
     axes[0].set_ylabel("fraction of the copy bandwidth")
     axes[0].legend(loc="upper left", ncol=3, fontsize="small")
