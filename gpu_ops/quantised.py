@@ -84,39 +84,42 @@ def _as_tuple(result):
     return result if isinstance(result, tuple) else (result,)
 
 
-#: By implementation, and by whether a residual is added (the number of
-#: operands): the forward quantised to float8, and y read back from it. The
-#: FFI handlers quantise in the kernel; the HiJAX and Pallas routes' y is
-#: quantised by jnp.
-FP8 = {"primitives": {2: _from_primitive, 3: _from_primitive},
-       **{name: {2: _quantising(IMPLEMENTATIONS[name]), 3: _quantising(WITH_RESIDUAL[name])}
-          for name in ("hijax", "pallas")}}
-#: The same with a given scale, by implementation and number of operands
-#: (the scale's column included).
-SCALED_FP8 = {"primitives": {3: _from_scaled_primitive, 4: _from_scaled_primitive},
-              **{name: {3: _quantising_with_scale(IMPLEMENTATIONS[name]),
-                        4: _quantising_with_scale(WITH_RESIDUAL[name])}
-                 for name in ("hijax", "pallas")}}
-THROUGH_FP8 = {"primitives": {2: autodiff.through_fp8, 3: autodiff.residual_through_fp8},
-               **{name: {2: _straight_through(IMPLEMENTATIONS[name]),
-                         3: _straight_through(WITH_RESIDUAL[name])}
-                  for name in ("hijax", "pallas")}}
+def _by_residual(plain, with_residual):
+    """{whether a residual is added: the function for it}."""
+    return {False: plain, True: with_residual}
+
+
+def _routes(wrap):
+    """{implementation: _by_residual(...)} of the HiJAX and Pallas routes'
+    forwards, each wrapped by `wrap` (their y is quantised by jnp)."""
+    return {name: _by_residual(wrap(IMPLEMENTATIONS[name]), wrap(WITH_RESIDUAL[name]))
+            for name in ("hijax", "pallas")}
+
+
+#: By implementation, and by whether a residual is added: the forward
+#: quantised to float8, and y read back from it, without and with a given
+#: scale (the scale's column the last operand). The FFI handlers quantise in
+#: the kernel.
+FP8 = {"primitives": _by_residual(_from_primitive, _from_primitive),
+       **_routes(_quantising)}
+SCALED_FP8 = {"primitives": _by_residual(_from_scaled_primitive, _from_scaled_primitive),
+              **_routes(_quantising_with_scale)}
+THROUGH_FP8 = {"primitives": _by_residual(autodiff.through_fp8, autodiff.residual_through_fp8),
+               **_routes(_straight_through)}
 SCALED_THROUGH_FP8 = {
-    "primitives": {3: autodiff.scaled_through_fp8,
-                   4: autodiff.residual_scaled_through_fp8},
-    **{name: {3: _straight_through_with_scale(IMPLEMENTATIONS[name]),
-              4: _straight_through_with_scale(WITH_RESIDUAL[name])}
-       for name in ("hijax", "pallas")}}
+    "primitives": _by_residual(autodiff.scaled_through_fp8,
+                               autodiff.residual_scaled_through_fp8),
+    **_routes(_straight_through_with_scale)}
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _forward_only(name, eps, scaled, operands):
-    return (SCALED_FP8 if scaled else FP8)[name][len(operands)](*operands, eps)
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3))
+def _forward_only(name, eps, scaled, with_residual, operands):
+    return (SCALED_FP8 if scaled else FP8)[name][with_residual](*operands, eps)
 
 
 @_forward_only.defjvp
-def _no_derivative(name, eps, scaled, primals, tangents):
-    del name, eps, scaled, primals, tangents
+def _no_derivative(name, eps, scaled, with_residual, primals, tangents):
+    del name, eps, scaled, with_residual, primals, tangents
     raise TypeError("rms_norm_fp8 has no derivative (its float8 values are rounded); "
                     "rms_norm_through_fp8 passes y's gradient straight through the "
                     "quantisation")
@@ -158,11 +161,11 @@ def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, scale=None,
     """
     operands, eps, name = _checked("rms_norm_fp8", x, weight, eps, residual, scale,
                                    implementation)
-    scaled = scale is not None
+    scaled, with_residual = scale is not None, residual is not None
 
     def forward_only(*operands_and_eps):
         *operands, eps = operands_and_eps
-        return _forward_only(name, eps, scaled, tuple(operands))
+        return _forward_only(name, eps, scaled, with_residual, tuple(operands))
 
     values, per_group, *total = on_their_devices(forward_only, operands, eps)
     return (values, _amax(per_group) if scaled else per_group, *total)
@@ -188,9 +191,10 @@ def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None, scale=None, dtyp
     operands, eps, name = _checked("rms_norm_through_fp8", x, weight, eps, residual, scale,
                                    implementation)
     dtype = check_read_back_dtype(dtype, operands[1].dtype)
+    with_residual = residual is not None
     if scale is None:
-        y, *total = _as_tuple(on_their_devices(THROUGH_FP8[name][len(operands)], operands, eps))
+        y, *total = _as_tuple(on_their_devices(THROUGH_FP8[name][with_residual], operands, eps))
         return (y.astype(dtype), *total) if total else y.astype(dtype)
-    y, largest, *total = on_their_devices(SCALED_THROUGH_FP8[name][len(operands)],
+    y, largest, *total = on_their_devices(SCALED_THROUGH_FP8[name][with_residual],
                                           operands, eps)
     return (y.astype(dtype), _amax(jax.lax.stop_gradient(largest)), *total)
