@@ -152,3 +152,19 @@ def test_the_collectives_of_a_mesh_of_gpus_are_kept(tmp_path):
     assert check == {"check": "sharding collectives", "commit": "1262d16",
                      "date": "2026-11-25T17:58:31Z", "jax": "0.11.2", "devices": 4,
                      "x": "f32[16,512,512] sharded by rows", "programs": programs}
+
+
+def test_the_sweeps_and_the_property_test_are_checks_of_their_own(tmp_path):
+    run = _run(tmp_path / "run", "5d1e2f3",
+               sweep="==> Running the test suite\n1204 passed in 181.2s (0:03:01)\n",
+               sweep_without_clusters="1190 passed, 1 failed in 170.0s (0:02:50)\n"
+                                      "FAILED tests/test_gpu_sweep.py::test_x[norm-1x36]\n",
+               properties="hypothesis profile: gpus\n3 passed in 200.1s (0:03:20)\n")
+    out = tmp_path / "h200.json"
+    _tool().main(["--out", str(out), str(run)])
+    sweep, without_clusters, properties = json.loads(out.read_text())["checks"]
+    assert (sweep["check"], sweep["commit"], sweep["passed"]) == ("sweep", "5d1e2f3", 1204)
+    assert without_clusters["check"] == "sweep (plans without clusters)"
+    assert without_clusters["failures"] == ["tests/test_gpu_sweep.py::test_x[norm-1x36]"]
+    assert (properties["check"], properties["hypothesis_profile"]) == ("property test", "gpus")
+    assert properties["passed"] == 3

@@ -322,29 +322,6 @@ def _load(path):
     return module
 
 
-def test_the_sanitizer_workload_takes_every_path_on_an_h100():
-    workload = _load("tools/sanitizer_workload.py")
-    for direction in ("forward", "backward"):
-        taken = set()
-        for shape, x_dtype, w_dtype in workload.CASES:
-            if 0 in shape:
-                continue  # no rows: no kernel runs
-            plan = kernel_plan(direction, shape, x_dtype, H100, weight_dtype=w_dtype)
-            cluster = plan.get("cluster", 1)  # the general kernels: no launch of the plan's
-            taken.add((plan["path"], "none" if cluster == 1 else "some"))
-        every = {("short_rows", "none"), ("few_rows", "none"), ("wide_rows", "none"),
-                 ("block_rows", "none"), ("row_teams", "some"), ("general", "none")}
-        if direction == "backward":
-            every = {("short_rows", "none"), ("column_slices", "some"),
-                     ("rows_and_columns", "none"), ("row_teams", "none"),
-                     ("row_teams", "some"), ("general", "none")}
-        assert taken == every, direction
-    with_residual = {kernel_plan("forward", shape, x_dtype, H100, weight_dtype=w_dtype,
-                                 residual=True)["path"]
-                     for shape, x_dtype, w_dtype in workload.RESIDUAL_CASES if 0 not in shape}
-    assert with_residual == {"few_rows", "block_rows", "general"}
-
-
 # Rows of the model-shape benchmark: decoding to training, QK-norm to the
 # widest hidden size.
 MODEL_ROWS = [(1, 4_096), (8, 8_192), (8, 16_384), (64, 4_096), (1_024, 5_120),

@@ -149,7 +149,8 @@ def test_every_gpu_machine_summary_says_what_ran_where():
             assert re.fullmatch(r"[0-9a-f]{7,40}", check["commit"]), (path, check)
             assert re.match(r"20\d\d-\d\d-\d\dT", check["date"]), (path, check)
             assert check["check"] in ("tests", "chapters (nbval)", "compute-sanitizer",
-                                      "fp8 matmul", "sharding collectives"), path
+                                      "fp8 matmul", "sharding collectives", "sweep",
+                                      "sweep (plans without clusters)", "property test"), path
             if check["check"] == "compute-sanitizer":
                 assert check["tools"], (path, check)
             elif check["check"] == "sharding collectives":

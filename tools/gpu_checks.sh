@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# The GPU evidence run (shared/GPU.md): build with CUDA from a clean tree, the
-# whole test suite on the GPU, every chapter under nbval, compute-sanitizer
-# on forward and backward, and whether XLA runs the float8 norm's matmul as a
-# float8 matmul (tools/fp8_matmul_hlo.py).
+# The GPU evidence run (shared/GPU.md): build with CUDA from a clean tree;
+# the sweep of every kernel path the planner can choose, at its edges, first
+# (tests/test_gpu_sweep.py, with this GPU's plans and with those of a GPU
+# without clusters); the property test; the whole test suite on the GPU;
+# every chapter under nbval; compute-sanitizer over a subset of the sweep;
+# and whether XLA runs the float8 norm's matmul as a float8 matmul
+# (tools/fp8_matmul_hlo.py).
 # Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
 # It writes OUTDIR/summary.json (tools/gpu_checks_summary.py) beside the logs.
 # To split a run over calls of limited length (on one machine, which keeps
-# the build): GPU_CHECKS_STEPS chooses among "tests" (the build and the test
-# suite), "chapters", "sanitizers", "fp8" and "sharding" (the collectives XLA
-# compiles for a mesh of the machine's GPUs, tools/sharding_hlo.py; default:
-# all five in that order, "sharding" only where there are several GPUs), and
-# GPU_CHECKS_SANITIZERS="memcheck racecheck" runs only those tools (default:
-# all four; the sanitizer log is appended to). GPU_CHECKS_CLEAN=0 keeps the build
-# of an earlier call on the same machine instead of building from a clean tree.
-# GPU_CHECKS_WORKERS=N runs the test suite in N processes (pytest-xdist) that
-# share the GPU. The log has a line for each test, so that a summary of a run
+# the build): GPU_CHECKS_STEPS chooses among "sweep" (the build and the
+# sweep), "properties" (the property test), "tests" (the build and the rest
+# of the test suite), "chapters", "sanitizers", "fp8" and "sharding" (the
+# collectives XLA compiles for a mesh of the machine's GPUs,
+# tools/sharding_hlo.py; default: all in that order, "sharding" only where
+# there are several GPUs), and GPU_CHECKS_SANITIZERS="memcheck racecheck"
+# runs only those tools (default: all four; the sanitizer log is appended
+# to). The first of "sweep" and "tests" builds from a clean tree, unless
+# GPU_CHECKS_CLEAN=0 keeps the build of an earlier call on the same machine.
+# GPU_CHECKS_WORKERS=N runs the sweep and the test suite in N processes
+# (pytest-xdist) that share the GPU (default: 8 for the sweep, 1 for the
+# suite). The log has a line for each test, so that a summary of a run
 # cut off before its end still names the tests that failed until then.
 # GPU machines have no jupyter-book, so the book build and its tests are skipped;
 # the Python packages the tests and chapters need beyond the machine's own
@@ -41,32 +47,68 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-default_steps="tests chapters sanitizers fp8"
+default_steps="sweep properties tests chapters sanitizers fp8"
 if [ "$(nvidia-smi --list-gpus | wc -l)" -gt 1 ]; then
   default_steps+=" sharding"
   # tests/test_processes.py: one process per GPU under jax.distributed
   export GPU_OPS_PROCESS_PLATFORM=${GPU_OPS_PROCESS_PLATFORM:-gpu}
 fi
 steps=" ${GPU_CHECKS_STEPS:-$default_steps} "
-tests_status=0 chapters_status=0 sanitizer_status=0
+sweep_status=0 properties_status=0 tests_status=0 chapters_status=0 sanitizer_status=0
+clean=${GPU_CHECKS_CLEAN:-1}
+# Each test's result on a line of its own, so that a run cut off by a time
+# limit still names the tests that failed (gpu_checks_summary.py reads
+# them): build.sh's pytest -q takes one of the two -v back.
+verbose="-v -v"
+# Several pytest processes on one GPU: each takes GPU memory as it goes and
+# hands it back when freed (the platform allocator); XLA's own allocator
+# keeps what it once took, and the processes together would hold more than
+# the GPU has.
+shared_gpu=(XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform)
+# build.sh test, with a clean -Werror build the first time (and the seed's
+# kernels, the benchmarks' baseline, which a test runs), then the tests
+# that PYTEST_ADDOPTS (the arguments) names.
+build_and_test() {
+  [ "$clean" = 0 ] || rm -rf build
+  clean=0
+  GPU_OPS_APEX_SEED=1 GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} \
+    env "$@" ./build.sh test
+}
+
+if [[ $steps == *" sweep "* ]]; then
+  workers=${GPU_CHECKS_WORKERS:-8}
+  build_and_test "${shared_gpu[@]}" \
+      PYTEST_ADDOPTS="-n $workers $verbose tests/test_gpu_sweep.py" 2>&1 | tee "$out/sweep.log"
+  sweep_status=${PIPESTATUS[0]}
+  # The plans of a GPU without clusters (an A100's), in a process of their
+  # own: XLA replays recorded calls without asking the handlers again.
+  env "${shared_gpu[@]}" GPU_OPS_PLAN_WITHOUT_CLUSTERS=1 python3 -m pytest -q -n "$workers" \
+      $verbose -p no:cacheprovider tests/test_gpu_sweep.py 2>&1 |
+    tee "$out/sweep_without_clusters.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || sweep_status=1
+fi
+
+if [[ $steps == *" properties "* ]]; then
+  # The property test draws many more cases here than in CI (the gpus
+  # profile: few-row, odd-length and mesh cases), for every implementation.
+  profile=${GPU_OPS_HYPOTHESIS_PROFILE:-gpus}
+  echo "hypothesis profile: $profile" > "$out/properties.log"
+  env "${shared_gpu[@]}" GPU_OPS_HYPOTHESIS_PROFILE=$profile \
+    python3 -m pytest -q -n 3 -p no:cacheprovider $verbose tests/test_properties.py 2>&1 |
+    tee -a "$out/properties.log"
+  properties_status=${PIPESTATUS[0]}
+fi
+
 if [[ $steps == *" tests "* ]]; then
-  [ "${GPU_CHECKS_CLEAN:-1}" = 0 ] || rm -rf build
-  # Each test's result on a line of its own, so that a run cut off by a time
-  # limit still names the tests that failed (gpu_checks_summary.py reads
-  # them): build.sh's pytest -q takes one of the two -v back.
-  addopts="-v -v ${PYTEST_ADDOPTS:-}"
-  test_env=(env PYTEST_ADDOPTS="$addopts")
+  # the rest of the suite: without the sweep, and without the property test
+  # where its own step ran it
+  addopts="$verbose --ignore=tests/test_gpu_sweep.py ${PYTEST_ADDOPTS:-}"
+  [[ $steps == *" properties "* ]] && addopts+=" --ignore=tests/test_properties.py"
+  test_env=(PYTEST_ADDOPTS="$addopts")
   if [ "${GPU_CHECKS_WORKERS:-0}" -gt 0 ]; then
-    # Each process takes GPU memory as it goes and hands it back when freed
-    # (the platform allocator): XLA's own allocator keeps what it once took,
-    # and the processes together would hold more than the GPU has.
-    test_env=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform
-              PYTEST_ADDOPTS="-n $GPU_CHECKS_WORKERS --dist load $addopts")
+    test_env=("${shared_gpu[@]}" PYTEST_ADDOPTS="-n $GPU_CHECKS_WORKERS --dist load $addopts")
   fi
-  # The property test draws many more cases here than in CI; the seed's
-  # kernels, the benchmarks' baseline, are built too (a test runs them).
-  GPU_OPS_HYPOTHESIS_PROFILE=${GPU_OPS_HYPOTHESIS_PROFILE:-long} GPU_OPS_APEX_SEED=1 \
-  GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} "${test_env[@]}" ./build.sh test 2>&1 |
+  GPU_OPS_HYPOTHESIS_PROFILE=${GPU_OPS_HYPOTHESIS_PROFILE:-long} build_and_test "${test_env[@]}" 2>&1 |
     tee "$out/build_and_tests.log"
   tests_status=${PIPESTATUS[0]}
 fi
@@ -89,8 +131,12 @@ for tool in $sanitizers; do
   filter=(--kernel-name kns=gpu_ops)
   [ "$tool" = initcheck ] && filter=()
   echo "== compute-sanitizer --tool $tool ${filter[*]}" | tee -a "$out/compute_sanitizer.log"
+  # initcheck and memcheck over every path of every kind of call and dtype
+  # pair; racecheck and synccheck, slower, over every path of every kind
+  workload=(python3 tools/sanitizer_workload.py)
+  [[ $tool == racecheck || $tool == synccheck ]] && workload+=(--few)
   compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      "${filter[@]}" python3 tools/sanitizer_workload.py \
+      "${filter[@]}" "${workload[@]}" \
       2>&1 | tee -a "$out/compute_sanitizer.log"
   status=${PIPESTATUS[0]}
   echo "== $tool exit status: $status" | tee -a "$out/compute_sanitizer.log"
@@ -109,6 +155,8 @@ fi
 # The run's short summary (tools/gpu_checks_summary.py merges several runs
 # into a machine's results file).
 python3 tools/gpu_checks_summary.py --out "$out/summary.json" "$out"
-echo "tests: $tests_status, chapters: $chapters_status, sanitizer: $sanitizer_status," \
+echo "sweep: $sweep_status, properties: $properties_status, tests: $tests_status," \
+  "chapters: $chapters_status, sanitizer: $sanitizer_status," \
   "fp8 matmul check: $fp8_status, sharding: $sharding_status"
-exit $(( tests_status || chapters_status || sanitizer_status || fp8_status || sharding_status ))
+exit $(( sweep_status || properties_status || tests_status || chapters_status ||
+         sanitizer_status || fp8_status || sharding_status ))

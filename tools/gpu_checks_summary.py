@@ -93,6 +93,11 @@ def sanitizer_counts(log):
     return tools
 
 
+# The sweep's logs (tests/test_gpu_sweep.py): with the GPU's own plans, and
+# with those of a GPU without clusters.
+SWEEPS = {"sweep.log": "sweep", "sweep_without_clusters.log": "sweep (plans without clusters)"}
+
+
 def run_summary(outdir):
     """The checks of one gpu_checks.sh run."""
     env = environment((outdir / "environment.txt").read_text())
@@ -105,6 +110,15 @@ def run_summary(outdir):
                        **({"processes": int(env["test_processes"])}
                           if "test_processes" in env else {}),
                        **pytest_counts(log.read_text())})
+    for name, check in SWEEPS.items():
+        if (log := outdir / name).exists():
+            checks.append({"check": check, **common, **pytest_counts(log.read_text())})
+    if (log := outdir / "properties.log").exists():
+        text = log.read_text()
+        profile = re.search(r"^hypothesis profile: (\S+)", text, re.M)
+        checks.append({"check": "property test", **common,
+                       "hypothesis_profile": profile.group(1) if profile else "",
+                       **pytest_counts(text)})
     if (log := outdir / "nbval.log").exists():
         checks.append({"check": "chapters (nbval)", **common, **pytest_counts(log.read_text())})
     if (log := outdir / "compute_sanitizer.log").exists():

@@ -179,6 +179,26 @@ struct ColumnBlockSums {
   float warps[kMaxThreads / kWarpSize][kColumnBlockVectors][kSize];
 };
 
+// dweight = sum_rows dy*x*inv.
+// Each value of a column block's columns (those from vector column `first`
+// on), added up over the block's warps, and stored. A block may have fewer
+// threads than its columns have values (a short row's block of 32 threads,
+// and 64 or 128 values): each thread takes every blockDim.x-th value. Not
+// inlined: inlined, it made the kernel spill registers, which the build
+// refuses.
+template <typename W, int kSize>
+__device__ __noinline__ void StoreColumnBlockSums(const ColumnBlockSums<kSize>& columns,
+                                                  int first, int row_vectors, W* dw) {
+  const int values = min(kColumnBlockVectors, row_vectors - first) * kSize;
+  for (int value = threadIdx.x; value < values; value += blockDim.x) {
+    float total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) {
+      total += columns.warps[w][value / kSize][value % kSize];
+    }
+    dw[int64_t{first} * kSize + value] = Storage<W>::From(total);
+  }
+}
+
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x));  dweight = sum_rows dy*x*inv.
 // Blocks 0 to rows - 1: row blockIdx.x's dx, kVectors vectors a thread.
 // The others: block b takes vector columns (b - rows) * kColumnBlockVectors
@@ -242,16 +262,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (lane < kColumnBlockVectors) columns.warps[warp][lane][e] = dw[e];
   }
   __syncthreads();
-  // A thread a value of the block's columns, added up over the warps.
-  const int value = threadIdx.x;
-  if (value >= kColumnBlockVectors * P::kSize) return;
-  const int value_column = value / P::kSize;
-  if (first + value_column >= a.row_vectors) return;
-  float total = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) {
-    total += columns.warps[w][value_column][value % P::kSize];
-  }
-  a.dw[int64_t{first} * P::kSize + value] = Storage<W>::From(total);
+  StoreColumnBlockSums(columns, first, a.row_vectors, a.dw);
 }
 
 // fn(args): either kernel's operands for a call's buffers, of their dtypes.

@@ -1,0 +1,100 @@
+"""Kernel changes land with their GPU run: the CUDA kernels and the planner
+as they are in this commit passed the GPU sweep, the property test and
+compute-sanitizer (initcheck and memcheck) on a GPU, as results/gpu/ records.
+
+CI has no GPU, so this test reads the clone's git history: the last commit
+that changed gpu_ops/csrc/kernels/ or gpu_ops/csrc/plan/ must be the commit
+of those checks or one before it. tools/gpu_checks.sh runs them and
+tools/gpu_checks_summary.py records them (shared/GPU.md says how).
+"""
+
+import json
+import pathlib
+import subprocess
+
+import pytest
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = REPOSITORY / "results" / "gpu"
+KERNEL_CODE = ("gpu_ops/csrc/kernels", "gpu_ops/csrc/plan")
+# The checks that speak for the kernels, and what each must show.
+REQUIRED = ("sweep", "sweep (plans without clusters)", "property test", "compute-sanitizer")
+SANITIZERS = ("initcheck", "memcheck")
+
+
+def git(*args):
+    return subprocess.run(["git", *args], cwd=REPOSITORY, capture_output=True, text=True)
+
+
+def last_kernel_change():
+    """The last commit that changed the kernels or the planner; fails with
+    the reason where the clone has no history to read it from."""
+    if git("rev-parse", "--git-dir").returncode != 0:
+        pytest.fail("this checkout is no git clone: the GPU evidence check reads the "
+                    "history of gpu_ops/csrc/ (clone the repository to run it)")
+    if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        pytest.fail("this clone is shallow: the GPU evidence check reads the history of "
+                    "gpu_ops/csrc/ (git fetch --unshallow)")
+    found = git("log", "-1", "--format=%H", "--", *KERNEL_CODE)
+    assert found.returncode == 0, found.stderr
+    if not found.stdout.strip():
+        pytest.fail("git log finds no commit that changed gpu_ops/csrc/kernels or plan")
+    return found.stdout.strip()
+
+
+def passed(check):
+    """Whether a recorded check ran to its end without a failure."""
+    if check["check"] == "compute-sanitizer":
+        tools = check.get("tools", {})
+        return all(tools.get(tool, {}).get("errors") == 0
+                   and tools.get(tool, {}).get("exit_status") == 0 for tool in SANITIZERS)
+    return check.get("completed") and check.get("passed", 0) > 0 and not (
+        check.get("failed") or check.get("errors") or check.get("failures"))
+
+
+def covers(commit, kernel_change):
+    """Whether `commit` is kernel_change or comes after it."""
+    if git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        return False
+    return git("merge-base", "--is-ancestor", kernel_change, commit).returncode == 0
+
+
+def evidence(kernel_change):
+    """{results file: {check: (commit, passed, covers)}} of the required checks."""
+    found = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        checks = json.loads(path.read_text())["checks"]
+        found[path.name] = {c["check"]: (c["commit"], passed(c), covers(c["commit"], kernel_change))
+                            for c in checks if c["check"] in REQUIRED}
+    return found
+
+
+def test_the_kernels_of_this_commit_passed_their_gpu_checks():
+    kernel_change = last_kernel_change()
+    found = evidence(kernel_change)
+    complete = [name for name, checks in found.items()
+                if all(checks.get(check, ("", False, False))[1:] == (True, True)
+                       for check in REQUIRED)]
+    assert complete, (
+        f"gpu_ops/csrc/kernels or plan changed at {kernel_change[:10]}, and no file in "
+        f"results/gpu/ has {', '.join(REQUIRED)} passed at that commit or later (found: "
+        + "; ".join(f"{name}: " + ", ".join(
+            f"{check} at {commit[:10]} {'passed' if ok else 'FAILED'}"
+            f"{'' if after else ' (before the change)'}"
+            for check, (commit, ok, after) in checks.items()) for name, checks in found.items())
+        + "): run tools/gpu_checks.sh on a GPU at this commit, or leave the kernels as they were")
+
+
+def test_a_check_before_the_change_or_failed_does_not_count():
+    kernel_change = last_kernel_change()
+    first = git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
+    assert covers(kernel_change, kernel_change)
+    assert not covers(first, kernel_change) or first == kernel_change
+    assert not covers("0" * 40, kernel_change)
+    assert not passed({"check": "sweep", "completed": True, "passed": 10, "failed": 1,
+                       "failures": ["x"]})
+    assert not passed({"check": "sweep", "completed": False, "passed": 10, "failures": []})
+    assert not passed({"check": "compute-sanitizer",
+                       "tools": {"memcheck": {"errors": 0, "exit_status": 0}}})
+    assert passed({"check": "compute-sanitizer",
+                   "tools": {tool: {"errors": 0, "exit_status": 0} for tool in SANITIZERS}})
