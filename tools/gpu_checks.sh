@@ -19,7 +19,7 @@
 # to). The first of "sweep" and "tests" builds from a clean tree, unless
 # GPU_CHECKS_CLEAN=0 keeps the build of an earlier call on the same machine.
 # GPU_CHECKS_WORKERS=N runs the sweep and the test suite in N processes
-# (pytest-xdist) that share the GPU (default: 8 for the sweep, 1 for the
+# (pytest-xdist) that share the GPU (default: 14 for the sweep, 1 for the
 # suite). The log has a line for each test, so that a summary of a run
 # cut off before its end still names the tests that failed until then.
 # GPU machines have no jupyter-book, so the book build and its tests are skipped;
@@ -76,7 +76,7 @@ build_and_test() {
 }
 
 if [[ $steps == *" sweep "* ]]; then
-  workers=${GPU_CHECKS_WORKERS:-8}
+  workers=${GPU_CHECKS_WORKERS:-14}
   build_and_test "${shared_gpu[@]}" \
       PYTEST_ADDOPTS="-n $workers $verbose tests/test_gpu_sweep.py" 2>&1 | tee "$out/sweep.log"
   sweep_status=${PIPESTATUS[0]}
@@ -131,10 +131,11 @@ for tool in $sanitizers; do
   filter=(--kernel-name kns=gpu_ops)
   [ "$tool" = initcheck ] && filter=()
   echo "== compute-sanitizer --tool $tool ${filter[*]}" | tee -a "$out/compute_sanitizer.log"
-  # initcheck and memcheck over every path of every kind of call and dtype
-  # pair; racecheck and synccheck, slower, over every path of every kind
+  # the smallest sweep case of every path of every kind of call
+  # (GPU_CHECKS_SANITIZER_CASES=all: and of every dtype pair, which takes
+  # longer than a call to the GPU machine may)
   workload=(python3 tools/sanitizer_workload.py)
-  [[ $tool == racecheck || $tool == synccheck ]] && workload+=(--few)
+  [ "${GPU_CHECKS_SANITIZER_CASES:-few}" = all ] || workload+=(--few)
   compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "${filter[@]}" "${workload[@]}" \
       2>&1 | tee -a "$out/compute_sanitizer.log"
