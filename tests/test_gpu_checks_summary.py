@@ -155,16 +155,21 @@ def test_the_collectives_of_a_mesh_of_gpus_are_kept(tmp_path):
 
 
 def test_the_sweeps_and_the_property_test_are_checks_of_their_own(tmp_path):
+    case = "[gw1] [ 50%] {} tests/test_gpu_sweep.py::test_the_kernels_give_the_reference_answer[{}]"
     run = _run(tmp_path / "run", "5d1e2f3",
-               sweep="==> Running the test suite\n1204 passed in 181.2s (0:03:01)\n",
-               sweep_without_clusters="1190 passed, 1 failed in 170.0s (0:02:50)\n"
+               sweep="==> Running the test suite\n" + case.format("PASSED", "norm-1x36") + "\n"
+                     + case.format("PASSED", "norm-2x36") + "\n2 passed in 181.2s (0:03:01)\n",
+               sweep_without_clusters=case.format("FAILED", "norm-1x36") + "\n"
+                                      "1 failed in 170.0s (0:02:50)\n"
                                       "FAILED tests/test_gpu_sweep.py::test_x[norm-1x36]\n",
                properties="hypothesis profile: gpus\n3 passed in 200.1s (0:03:20)\n")
     out = tmp_path / "h200.json"
     _tool().main(["--out", str(out), str(run)])
     sweep, without_clusters, properties = json.loads(out.read_text())["checks"]
-    assert (sweep["check"], sweep["commit"], sweep["passed"]) == ("sweep", "5d1e2f3", 1204)
+    assert (sweep["check"], sweep["commit"], sweep["passed"]) == ("sweep", "5d1e2f3", 2)
+    assert sweep["kernel_cases"] == {"passed": 2, "failures": []}
     assert without_clusters["check"] == "sweep (plans without clusters)"
+    assert without_clusters["kernel_cases"]["failed"] == 1
     assert without_clusters["failures"] == ["tests/test_gpu_sweep.py::test_x[norm-1x36]"]
     assert (properties["check"], properties["hypothesis_profile"]) == ("property test", "gpus")
     assert properties["passed"] == 3

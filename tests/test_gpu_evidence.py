@@ -43,13 +43,16 @@ def last_kernel_change():
 
 
 def passed(check):
-    """Whether a recorded check ran to its end without a failure."""
+    """Whether a recorded check ran to its end without a failure: of the
+    sweep, of any of its cases on the GPU (its other tests check the
+    generator, and run in CI)."""
     if check["check"] == "compute-sanitizer":
         tools = check.get("tools", {})
         return all(tools.get(tool, {}).get("errors") == 0
                    and tools.get(tool, {}).get("exit_status") == 0 for tool in SANITIZERS)
-    return check.get("completed") and check.get("passed", 0) > 0 and not (
-        check.get("failed") or check.get("errors") or check.get("failures"))
+    counts = check.get("kernel_cases", check) if check["check"].startswith("sweep") else check
+    return bool(check.get("completed")) and counts.get("passed", 0) > 0 and not (
+        counts.get("failed") or counts.get("errors") or counts.get("failures"))
 
 
 def covers(commit, kernel_change):
@@ -94,6 +97,11 @@ def test_a_check_before_the_change_or_failed_does_not_count():
     assert not passed({"check": "sweep", "completed": True, "passed": 10, "failed": 1,
                        "failures": ["x"]})
     assert not passed({"check": "sweep", "completed": False, "passed": 10, "failures": []})
+    assert not passed({"check": "sweep", "completed": True, "passed": 10, "failures": [],
+                       "kernel_cases": {"passed": 9, "failed": 1, "failures": ["y"]}})
+    assert passed({"check": "sweep", "completed": True, "passed": 9, "failed": 1,
+                   "failures": ["a generator test"],
+                   "kernel_cases": {"passed": 9, "failures": []}})
     assert not passed({"check": "compute-sanitizer",
                        "tools": {"memcheck": {"errors": 0, "exit_status": 0}}})
     assert passed({"check": "compute-sanitizer",

@@ -138,18 +138,19 @@ def _run_edges(scan, start):
                                                   ("float32", "float32"),
                                                   ("bfloat16", "float32")])
 def test_where_each_path_starts_and_stops_is_a_case(described, x_dtype, weight_dtype):
-    # Against a scan of every row count up to 400 at each swept length, and
-    # of every length up to 2,048 vectors at the row counts the generator
-    # probes lengths at: the first and last of each path, and the points
-    # just outside, are cases (where the scan ends inside a run, its end is
-    # not that run's).
+    # Against a scan of every row count up to 400 (or the most a case has)
+    # at each swept length, and of every length up to 2,048 vectors at the
+    # row counts the generator probes lengths at: the first and last of each
+    # path, and the points just outside, are cases (where the scan ends
+    # inside a run, its end is not that run's).
     gpu, all_cases = described
     edges = _edges(all_cases, "norm", x_dtype, weight_dtype)
     paths = sweep_cases._paths("norm", x_dtype, weight_dtype, gpu)
     for length, rows in edges.items():
         if length > 16_384:
             continue
-        runs, end = _run_edges([paths(r, length) for r in range(1, 401)], 1)
+        most_rows = max(2, sweep_cases.MOST_VALUES // length)  # the generator's too
+        runs, end = _run_edges([paths(r, length) for r in range(1, min(400, most_rows) + 1)], 1)
         for value, (first, last) in runs.items():
             assert {max(1, first - 1), first} <= set(rows), (length, value, first)
             if last < end:

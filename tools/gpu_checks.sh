@@ -76,14 +76,16 @@ build_and_test() {
 }
 
 if [[ $steps == *" sweep "* ]]; then
+  # its GPU tests: the generator's own tests are CI's
   workers=${GPU_CHECKS_WORKERS:-14}
   build_and_test "${shared_gpu[@]}" \
-      PYTEST_ADDOPTS="-n $workers $verbose tests/test_gpu_sweep.py" 2>&1 | tee "$out/sweep.log"
+      PYTEST_ADDOPTS="-n $workers $verbose -m gpu tests/test_gpu_sweep.py" 2>&1 |
+    tee "$out/sweep.log"
   sweep_status=${PIPESTATUS[0]}
   # The plans of a GPU without clusters (an A100's), in a process of their
   # own: XLA replays recorded calls without asking the handlers again.
   env "${shared_gpu[@]}" GPU_OPS_PLAN_WITHOUT_CLUSTERS=1 python3 -m pytest -q -n "$workers" \
-      $verbose -p no:cacheprovider tests/test_gpu_sweep.py 2>&1 |
+      $verbose -p no:cacheprovider -m gpu tests/test_gpu_sweep.py 2>&1 |
     tee "$out/sweep_without_clusters.log"
   [ "${PIPESTATUS[0]}" = 0 ] || sweep_status=1
 fi

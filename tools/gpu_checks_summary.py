@@ -96,6 +96,16 @@ def sanitizer_counts(log):
 # The sweep's logs (tests/test_gpu_sweep.py): with the GPU's own plans, and
 # with those of a GPU without clusters.
 SWEEPS = {"sweep.log": "sweep", "sweep_without_clusters.log": "sweep (plans without clusters)"}
+# The sweep's test of a case on the GPU: its outcomes are the sweep's word on
+# the kernels (the file's other tests check the generator, as CI does).
+SWEEP_CASE_TEST = "test_the_kernels_give_the_reference_answer["
+
+
+def kernel_cases(log):
+    """The outcomes of the sweep's cases in a verbose log: their counts, and
+    the cases that failed."""
+    lines = "\n".join(line for line in log.splitlines() if SWEEP_CASE_TEST in line)
+    return outcomes_so_far(lines)
 
 
 def run_summary(outdir):
@@ -112,7 +122,9 @@ def run_summary(outdir):
                        **pytest_counts(log.read_text())})
     for name, check in SWEEPS.items():
         if (log := outdir / name).exists():
-            checks.append({"check": check, **common, **pytest_counts(log.read_text())})
+            text = log.read_text()
+            checks.append({"check": check, **common, **pytest_counts(text),
+                           "kernel_cases": kernel_cases(text)})
     if (log := outdir / "properties.log").exists():
         text = log.read_text()
         profile = re.search(r"^hypothesis profile: (\S+)", text, re.M)
