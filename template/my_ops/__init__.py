@@ -192,10 +192,24 @@ def _vjp_backward(eps, residuals, dy):
 _differentiable.defvjp(_vjp_forward, _vjp_backward)
 
 
+def _vary_alike(x, weight):
+    """x and the weight, each made to vary along the mesh axes the other
+    varies along. Inside ``shard_map`` an operand the in_specs replicate (the
+    weight, beside rows split over devices) is the same on every device; the
+    custom VJP's weight gradient is then per device, and only this cast to
+    varying (``jax.lax.pcast``, free at run time) makes grad sum it over the
+    devices: its transpose is that sum. Without it the weight gradient is
+    silently one device's. Outside ``shard_map`` nothing varies: no cast."""
+    axes = [jax.typeof(a).manual_axis_type.varying for a in (x, weight)]
+    every = frozenset().union(*axes)
+    return tuple(jax.lax.pcast(a, tuple(every - own), to="varying")
+                 for a, own in zip((x, weight), axes))
+
+
 def my_rms_norm(x, weight, eps=1e-5):
     """``x / sqrt(mean(x**2, axis=-1) + eps) * weight`` for float32 ``x`` and a
-    float32 ``weight`` as long as x's last axis; works under jit, grad, vmap
-    and with x's rows sharded across devices."""
+    float32 ``weight`` as long as x's last axis; works under jit, grad, vmap,
+    with x's rows sharded across devices, and inside shard_map."""
     x, weight = jnp.asarray(x), jnp.asarray(weight)
     for name, array in (("x", x), ("weight", weight)):
         if array.dtype != jnp.float32:
@@ -205,4 +219,4 @@ def my_rms_norm(x, weight, eps=1e-5):
                          f"{x.shape} and weight {weight.shape}")
     if not isinstance(eps, (int, float)) or not 0 <= eps < float("inf"):
         raise ValueError(f"my_rms_norm: eps must be a finite number >= 0, got {eps!r}")
-    return _differentiable(x, weight, float(eps))
+    return _differentiable(*_vary_alike(x, weight), float(eps))

@@ -1,5 +1,5 @@
-"""my_rms_norm against a float64 NumPy reference: forward, gradients, vmap,
-rows split across two devices, and bad input."""
+"""my_rms_norm against a float64 reference: forward, gradients, vmap, rows
+split across two devices, grad inside shard_map, and bad input."""
 
 import os
 
@@ -37,11 +37,7 @@ def test_forward_and_gradients_are_the_references(shape):
     np.testing.assert_allclose(jax.jit(my_rms_norm)(x, weight), reference(x, weight),
                                rtol=1e-5, atol=1e-6)
     got = jax.jit(jax.grad(loss(my_rms_norm), argnums=(0, 1)))(x, weight, dy)
-    with jax.enable_x64(True):
-        x64, w64, dy64 = (jnp.asarray(a, jnp.float64) for a in (x, weight, dy))
-        in_jnp = lambda x, w: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * w
-        want = jax.grad(loss(in_jnp), argnums=(0, 1))(x64, w64, dy64)
-    for g, w in zip(got, want):
+    for g, w in zip(got, float64_grads(x, weight, dy)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
@@ -74,6 +70,29 @@ def test_rows_split_across_devices_stay_split():
     want = jax.grad(loss(my_rms_norm), argnums=(0, 1))(x, weight, dy)
     np.testing.assert_allclose(dx, want[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(dweight, want[1], rtol=1e-5, atol=1e-5)
+
+
+def float64_grads(x, weight, dy, eps=1e-5):
+    """(dx, dweight) of loss(my_rms_norm) in float64 jnp."""
+    with jax.enable_x64(True):
+        x64, w64, dy64 = (jnp.asarray(a, jnp.float64) for a in (x, weight, dy))
+        in_jnp = lambda x, w: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps) * w
+        return tuple(np.asarray(g) for g in
+                     jax.grad(loss(in_jnp), argnums=(0, 1))(x64, w64, dy64))
+
+
+def test_grad_inside_shard_map_sums_the_replicated_weights_gradient():
+    # The weight is replicated (in_specs P()), the rows split: each device's
+    # weight gradient is of its rows, and grad must sum them over devices.
+    devices = jax.devices() if len(jax.devices()) >= 2 else jax.devices("cpu")
+    mesh = jax.make_mesh((2,), ("rows",), axis_types=(AxisType.Auto,), devices=devices[:2])
+    x, weight, dy = inputs((8, 64), seed=3)
+    norm = jax.shard_map(my_rms_norm, mesh=mesh, in_specs=(P("rows"), P()),
+                         out_specs=P("rows"))
+    dx, dweight = jax.jit(jax.grad(loss(norm), argnums=(0, 1)))(x, weight, dy)
+    want_dx, want_dweight = float64_grads(x, weight, dy)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dweight, want_dweight, rtol=1e-4, atol=1e-4)
 
 
 def test_bad_input_is_a_clear_error():
