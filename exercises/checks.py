@@ -9,6 +9,7 @@ and says what it found: correct, not written yet, or what is wrong.
 
 import importlib.util
 import itertools
+import re
 import sys
 import textwrap
 from functools import partial
@@ -89,6 +90,17 @@ def devices_of(module):
     if jax.default_backend() != "cpu" and getattr(library, "cuda", None) is None:
         return jax.devices("cpu")
     return jax.devices()
+
+
+def cause(error):
+    """What went wrong, from an error's message: its last line of the form
+    "SomeError: what", or else its last line. Where JAX wraps an error your
+    code raised (a partition function's, in a JaxRuntimeError that carries
+    its traceback and then where in your code it was called), that line is
+    the error your code raised."""
+    lines = [line.rstrip() for line in str(error).splitlines() if line.strip()]
+    raised = [line for line in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception)\b", line)]
+    return (raised or lines or [type(error).__name__])[-1]
 
 
 def check_handlers(module):
@@ -195,8 +207,10 @@ def check_sharding(module):
         except Wrong:
             raise
         except Exception as error:
-            raise Wrong(f"x sharded as {spec}: {type(error).__name__}: "
-                        f"{str(error).splitlines()[0]}") from None
+            last = cause(error)
+            if last.startswith("NotImplementedError"):  # raised in your partition function
+                raise NotImplementedError(last.partition(": ")[2]) from None
+            raise Wrong(f"x sharded as {spec}: {type(error).__name__}, caused by {last}") from None
     rows = jax.device_put(x, NamedSharding(mesh, P("d")))
     compiled = forward.lower(rows).compile().as_text()
     if "all-gather" in compiled or "all-to-all" in compiled:
@@ -226,7 +240,9 @@ def verdict(step, module):
     except Wrong as error:
         return "wrong", str(error)
     except Exception as error:  # what your code raised
-        return "wrong", f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        last = cause(error)
+        return "wrong", last if last.startswith(type(error).__name__) else (
+            f"{type(error).__name__}: {last}")
 
 
 class Verdict:

@@ -59,6 +59,34 @@ def test_the_check_finds_a_mistake(tmp_path, step):
     assert status == "wrong", words
 
 
+def _solution_with(tmp_path, right, wrong):
+    """The solution's module with `right` written as `wrong` in softmax.py."""
+    folder = tmp_path / "softmax"
+    shutil.copytree(checks.SOLUTION.parent, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (folder / "softmax.py").read_text()
+    assert text.count(right) == 1
+    (folder / "softmax.py").write_text(text.replace(right, wrong))
+    return checks.load(folder / "softmax.py")
+
+
+PARTITION_RETURN = "return mesh, softmax_impl, sharding, (sharding,)"
+
+
+def test_a_mistake_in_the_partition_function_is_reported_by_its_cause(tmp_path):
+    # JAX wraps it in a JaxRuntimeError whose first line is a traceback's
+    status, words = checks.verdict(7, _solution_with(
+        tmp_path, PARTITION_RETURN, "return mesh, softmax_impl, (sharding,), (sharding,)"))
+    assert status == "wrong" and "Traceback" not in words, words
+    assert words.startswith("x sharded as P('d',): JaxRuntimeError, caused by "), words
+    assert "Error" in words.split("caused by ")[1], words
+
+
+def test_an_unwritten_partition_function_is_not_written_yet(tmp_path):
+    status, words = checks.verdict(7, _solution_with(
+        tmp_path, PARTITION_RETURN, 'raise NotImplementedError("step 7: softmax_partition")'))
+    assert (status, words) == ("not written yet", "step 7: softmax_partition")
+
+
 @pytest.fixture
 def reader_with_the_solution(tmp_path, monkeypatch):
     """A reader's exercises/softmax/ with the solution's files written in."""
