@@ -46,10 +46,34 @@ def _primitive(name, abstract_eval):
     return primitive
 
 
-forward_p = _primitive("my_rms_norm_fwd",
-                       lambda x, weight, *, eps: (_like(x, x.shape), _like(x, x.shape[:-1])))
-backward_p = _primitive("my_rms_norm_bwd", lambda dy, inv_rms, x, weight, *, eps: (
-    _like(x, x.shape), _like(weight, weight.shape)))
+def _check(x, weight, **others):
+    """The operands a primitive takes, checked as the handlers check them, so
+    that a misuse (a bind with other shapes or dtypes) fails where it is
+    traced, naming the operand, and not in XLA at run time."""
+    for name, aval in {"x": x, "weight": weight, **others}.items():
+        if aval.dtype != jnp.float32:
+            raise TypeError(f"my_rms_norm: {name} must be float32, got {aval.dtype}")
+    if x.ndim == 0 or weight.shape != x.shape[-1:]:
+        raise ValueError(f"my_rms_norm: weight must have shape (x.shape[-1],), got x "
+                         f"{x.shape} and weight {weight.shape}")
+    for name, aval in others.items():
+        want = x.shape[:-1] if name == "inv_rms" else x.shape
+        if aval.shape != want:
+            raise ValueError(f"my_rms_norm: {name} must have shape {want}, got {aval.shape}")
+
+
+def _forward_abstract_eval(x, weight, *, eps):
+    _check(x, weight)
+    return _like(x, x.shape), _like(x, x.shape[:-1])
+
+
+def _backward_abstract_eval(dy, inv_rms, x, weight, *, eps):
+    _check(x, weight, dy=dy, inv_rms=inv_rms)
+    return _like(x, x.shape), _like(weight, weight.shape)
+
+
+forward_p = _primitive("my_rms_norm_fwd", _forward_abstract_eval)
+backward_p = _primitive("my_rms_norm_bwd", _backward_abstract_eval)
 
 
 # Lowering: each primitive becomes the FFI call on one device's shard, through
@@ -211,12 +235,7 @@ def my_rms_norm(x, weight, eps=1e-5):
     float32 ``weight`` as long as x's last axis; works under jit, grad, vmap,
     with x's rows sharded across devices, and inside shard_map."""
     x, weight = jnp.asarray(x), jnp.asarray(weight)
-    for name, array in (("x", x), ("weight", weight)):
-        if array.dtype != jnp.float32:
-            raise TypeError(f"my_rms_norm: {name} must be float32, got {array.dtype}")
-    if x.ndim == 0 or weight.shape != x.shape[-1:]:
-        raise ValueError(f"my_rms_norm: weight must have shape (x.shape[-1],), got x "
-                         f"{x.shape} and weight {weight.shape}")
+    _check(jax.typeof(x), jax.typeof(weight))
     if not isinstance(eps, (int, float)) or not 0 <= eps < float("inf"):
         raise ValueError(f"my_rms_norm: eps must be a finite number >= 0, got {eps!r}")
     return _differentiable(*_vary_alike(x, weight), float(eps))

@@ -103,3 +103,13 @@ def test_bad_input_is_a_clear_error():
         my_rms_norm(x, weight[:3])
     with pytest.raises(ValueError, match="eps must be"):
         my_rms_norm(x, weight, eps=-1.0)
+
+
+def test_a_misused_primitive_fails_where_it_is_traced():
+    from my_ops import backward_p, forward_p
+
+    x, weight, dy = inputs((2, 4))
+    with pytest.raises(TypeError, match="weight must be float32"):
+        jax.eval_shape(lambda x, w: forward_p.bind(x, w, eps=1e-5), x, weight.astype(jnp.int32))
+    with pytest.raises(ValueError, match="inv_rms must have shape"):
+        jax.eval_shape(lambda dy, x, w: backward_p.bind(dy, x, x, w, eps=1e-5), dy, x, weight)
