@@ -5,10 +5,11 @@ JupyterLab is started from this environment and driven in headless Chromium
 by Playwright, through the commands of its menus (its application object is
 exposed to the page for that). For every chapter: it opens as a notebook;
 its code cells, run one after another as a reader runs them, fail only where
-the chapter teaches an error (tagged raises-exception; Run All would stop
-there); every source listing shows its code; what the online book hides
+the chapter teaches an error (tagged raises-exception; Run All stops there,
+which a test here checks); every source listing shows its code; what the online book hides
 (solutions, listings' calls) is collapsed, and a solution's listing folded; and saving the notebook leaves
-its file as it was, so that a reader's run shows no change in git.
+its file as it was, so that a reader's run shows no change in git. A reader
+opens and edits an exercise file in JupyterLab's editor.
 """
 
 import os
@@ -179,3 +180,66 @@ def test_a_reader_runs_the_chapter_in_jupyter_lab(lab_page, chapter):
               if "folded=" in s.source]
     assert all(cell["folded"] == 1 for cell in folded), (chapter, folded)
     assert (ROOT / chapter).read_bytes() == before, f"saving {chapter} changed it"
+
+
+EXERCISE = "exercises/softmax/softmax.py"
+EDIT_AND_SAVE = f"""async ([path, line]) => {{
+  const editor = {_notebook("path")};
+  const source = editor.content.model.sharedModel;
+  const before = source.getSource();
+  source.setSource(before + line);
+  await editor.context.save();
+  const saved = !editor.context.model.dirty;
+  editor.dispose();
+  return [before, saved];
+}}"""
+
+
+def test_a_reader_opens_and_edits_an_exercise_file(lab_page):
+    # The README's JupyterLab, rooted at the repository, reaches the exercise
+    # files that chapters 1-7 ask the reader to edit, in its editor.
+    before = (ROOT / EXERCISE).read_bytes()
+    line = "# written in JupyterLab's editor\n"
+    try:
+        _command(lab_page, "docmanager:open", {"path": EXERCISE, "factory": "Editor"})
+        lab_page.wait_for_function(
+            "(path) => { const w = window.jupyterapp.shell.currentWidget;"
+            " return w && w.context && w.context.path === path && w.context.isReady; }",
+            arg=EXERCISE)
+        shown, saved = lab_page.evaluate(EDIT_AND_SAVE, [EXERCISE, line])
+        assert shown == before.decode() and saved
+        assert (ROOT / EXERCISE).read_bytes() == before + line.encode()
+    finally:
+        (ROOT / EXERCISE).write_bytes(before)
+
+
+RUN_ALL = """async (limit) => {
+  const app = window.jupyterapp;
+  const panel = app.shell.currentWidget;
+  await panel.sessionContext.ready;
+  await Promise.race([app.commands.execute('notebook:run-all-cells'),
+                      new Promise(resolve => setTimeout(resolve, limit))]);
+  const code = panel.content.widgets.filter(cell => cell.model.type === 'code');
+  return code.map(cell => ({tags: cell.model.getMetadata('tags') || [],
+                            ran: cell.model.executionCount !== null}));
+}"""
+
+
+def test_run_all_stops_at_the_first_error_the_chapter_teaches(lab_page):
+    # What the README tells a reader of Run All (JupyterLab 4.6): it stops at
+    # a cell that shows an error on purpose, tagged raises-exception, and
+    # runs no cell after it; so a reader runs the cells one by one.
+    chapter = "chapters/04_abstract_evaluation.md"
+    before = (ROOT / chapter).read_bytes()
+    _command(lab_page, "docmanager:open", {"path": chapter, "factory": "Jupytext Notebook"})
+    lab_page.wait_for_function(
+        "(path) => { const w = window.jupyterapp.shell.currentWidget;"
+        " return w && w.context && w.context.path === path && w.content.widgets.length > 0; }",
+        arg=chapter)
+    cells = lab_page.evaluate(RUN_ALL, CELL_TIME_LIMIT_MS)
+    assert lab_page.evaluate(SAVE_UNTIL_CLEAN, chapter)
+    lab_page.evaluate(CLOSE, chapter)
+    first = next(i for i, cell in enumerate(cells) if "raises-exception" in cell["tags"])
+    assert first < len(cells) - 1
+    assert [cell["ran"] for cell in cells] == [i <= first for i in range(len(cells))], cells
+    assert (ROOT / chapter).read_bytes() == before
