@@ -108,9 +108,10 @@ def _launches(kind, x_dtype, weight_dtype, gpu):
     return launches
 
 
-def _paths(kind, x_dtype, weight_dtype, gpu):
-    """paths(rows, row_length): the (forward, backward) paths of a call of `kind`."""
-    launches = _launches(kind, x_dtype, weight_dtype, gpu)
+def _paths(kind, x_dtype, weight_dtype, gpu, launches=None):
+    """paths(rows, row_length): the (forward, backward) paths of a call of
+    `kind` (from `launches`, _launches' function, where given)."""
+    launches = launches or _launches(kind, x_dtype, weight_dtype, gpu)
     return lambda rows, row_length: launches(rows, row_length)[0]
 
 
@@ -190,7 +191,7 @@ def _row_lengths(kind, x_dtype, launches, gpu):
 def kind_cases(kind, x_dtype, weight_dtype, gpu=None):
     """The cases of one kind of call and dtype pair."""
     launches = _launches(kind, x_dtype, weight_dtype, gpu)
-    paths = _paths(kind, x_dtype, weight_dtype, gpu)
+    paths = _paths(kind, x_dtype, weight_dtype, gpu, launches)
     found = {}
     for row_length in _row_lengths(kind, x_dtype, launches, gpu):
         most_rows = max(2, MOST_VALUES // row_length)
