@@ -151,14 +151,20 @@ def _command(page, command, args=None):
                   [command, args])
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_a_reader_runs_the_chapter_in_jupyter_lab(lab_page, chapter):
-    before = (ROOT / chapter).read_bytes()
-    _command(lab_page, "docmanager:open", {"path": chapter, "factory": "Jupytext Notebook"})
-    lab_page.wait_for_function(
+def _open_chapter(page, chapter):
+    """Open a chapter's .md as a Jupytext Notebook, as the README says, and
+    wait for its cells."""
+    _command(page, "docmanager:open", {"path": chapter, "factory": "Jupytext Notebook"})
+    page.wait_for_function(
         "(path) => { const w = window.jupyterapp.shell.currentWidget;"
         " return w && w.context && w.context.path === path && w.content.widgets.length > 0; }",
         arg=chapter)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_a_reader_runs_the_chapter_in_jupyter_lab(lab_page, chapter):
+    before = (ROOT / chapter).read_bytes()
+    _open_chapter(lab_page, chapter)
     cells = lab_page.evaluate(RUN_CELLS, CELL_TIME_LIMIT_MS)
     # Outputs that finish rendering after a save (figures) mark the notebook
     # changed again, and closing it would then ask whether to save.
@@ -231,11 +237,7 @@ def test_run_all_stops_at_the_first_error_the_chapter_teaches(lab_page):
     # runs no cell after it; so a reader runs the cells one by one.
     chapter = "chapters/04_abstract_evaluation.md"
     before = (ROOT / chapter).read_bytes()
-    _command(lab_page, "docmanager:open", {"path": chapter, "factory": "Jupytext Notebook"})
-    lab_page.wait_for_function(
-        "(path) => { const w = window.jupyterapp.shell.currentWidget;"
-        " return w && w.context && w.context.path === path && w.content.widgets.length > 0; }",
-        arg=chapter)
+    _open_chapter(lab_page, chapter)
     cells = lab_page.evaluate(RUN_ALL, CELL_TIME_LIMIT_MS)
     assert lab_page.evaluate(SAVE_UNTIL_CLEAN, chapter)
     lab_page.evaluate(CLOSE, chapter)
