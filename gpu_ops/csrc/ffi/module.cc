@@ -96,7 +96,8 @@ py::list PlanKernels(gpu_ops::Path path, bool forward) {
 // the launch of the first (blocks, threads a block, blocks a cluster,
 // dynamic shared memory), what each thread, block or cluster takes under
 // names that say so, and the paths refused before it, each with the reason.
-py::dict PlanDict(const gpu_ops::Plan& plan, bool forward, const gpu_ops::Refusals& refused) {
+py::dict PlanDict(const gpu_ops::Plan& plan, bool forward, int64_t rows,
+                  const gpu_ops::Refusals& refused) {
   using gpu_ops::Path;
   const gpu_ops::Shape& s = plan.shape;
   py::dict d;
@@ -112,13 +113,13 @@ py::dict PlanDict(const gpu_ops::Plan& plan, bool forward, const gpu_ops::Refusa
     case Path::kShortRows:
       d["lanes_per_row"] = s.team;
       // The backward's blocks go on through the rows, a grid's width apart.
-      d[forward ? "rows_per_block" : "rows_per_block_pass"] = plan.rows_per_group;
+      d[forward ? "rows_per_block" : "rows_per_block_pass"] = int64_t{s.teams} * plan.team_rows;
       break;
     case Path::kColumnSlices:  // a thread a vector column of the row
       break;
     case Path::kRowsAndColumns:  // a block a row's dx; then blocks of dw's columns
-      d["row_blocks"] = plan.rows_per_group;
-      d["column_blocks"] = plan.groups - plan.rows_per_group;
+      d["row_blocks"] = rows;
+      d["column_blocks"] = plan.groups - rows;
       d["vectors_per_thread"] = s.vectors;
       break;
     case Path::kFewRows:  // a thread a vector
@@ -129,14 +130,14 @@ py::dict PlanDict(const gpu_ops::Plan& plan, bool forward, const gpu_ops::Refusa
       d["vectors_per_thread"] = s.vectors;
       break;
     case Path::kBlockRows:
-      d["rows_per_block"] = plan.rows_per_group;
+      d["rows_per_block"] = plan.team_rows;  // a block is one team
       d["vectors_per_thread"] = s.vectors;
       break;
     case Path::kRowTeams:  // a team of threads a row, over a cluster's blocks
       d["threads_per_row"] = s.team * s.cluster;
       d["rows_at_once_per_block"] = s.teams;
       d["vectors_per_thread"] = s.vectors;
-      if (!forward) d["rows_per_team"] = plan.rows_per_group;
+      if (!forward) d["rows_per_team"] = plan.rows_per_partial;
       break;
     case Path::kGeneral:
       break;
@@ -191,7 +192,7 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
     const gpu_ops::Plan plan =
         forward ? gpu_ops::PlanForwardOnCurrentGpu(problem, left_out, &refused)
                 : gpu_ops::PlanBackwardOnCurrentGpu(problem, left_out, &refused);
-    return PlanDict(plan, forward, refused);
+    return PlanDict(plan, forward, rows, refused);
 #else
     throw std::invalid_argument(
         "gpu=None asks the current GPU, and this build has no CUDA kernels");
@@ -211,7 +212,7 @@ py::dict Plan(const std::string& direction, int64_t rows, int64_t row_length,
   const gpu_ops::Plan plan =
       forward ? gpu_ops::PlanForward(problem, described, left_out, &refused)
               : gpu_ops::PlanBackward(problem, described, left_out, &refused);
-  return PlanDict(plan, forward, refused);
+  return PlanDict(plan, forward, rows, refused);
 }
 
 }  // namespace

@@ -44,25 +44,33 @@ class CurrentGpu final : public DeviceModel {
   }
 };
 
+// The one switch on the forward's path. Only some paths have a kernel with
+// the residual add; the planner gives the others no residual call, and a
+// plan that did must fail rather than leave the residual out.
 ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
                          const ResidualForwardBuffers& b, RowGeometry g, double eps) {
-  switch (plan.path) {
-    case Path::kShortRows:  // (which has no residual add)
-      return LaunchShortRowsForward(stream, plan, {b.x, b.w, b.y, b.inv_rms}, g, eps);
-    case Path::kFewRows:
-    case Path::kWideRows:
-    case Path::kBlockRows:
-    case Path::kRowTeams:
-      return LaunchRowsForward(stream, plan, b, g, eps);
-    case Path::kColumnSlices:  // the backward's alone
-    case Path::kRowsAndColumns:
-      return ffi::Error::Internal(std::string("gpu_ops rms_norm: no forward kernel for plan ") +
-                                  PathName(plan.path));
-    case Path::kGeneral: break;
+  const bool adds_residual = plan.path == Path::kFewRows || plan.path == Path::kBlockRows ||
+                             plan.path == Path::kGeneral;
+  if (b.residual != nullptr && !adds_residual) {
+    return ffi::Error::Internal(std::string("gpu_ops rms_norm: plan ") + PathName(plan.path) +
+                                " has no kernel with the residual add");
   }
-  return GeneralForward(stream, b, g, eps);
+  const ForwardBuffers plain{b.x, b.w, b.y, b.inv_rms};
+  switch (plan.path) {
+    case Path::kShortRows: return LaunchShortRowsForward(stream, plan, plain, g, eps);
+    case Path::kFewRows: return LaunchFewRowsForward(stream, plan, b, g, eps);
+    case Path::kWideRows: return LaunchWideRowsForward(stream, plan, plain, g, eps);
+    case Path::kBlockRows: return LaunchBlockRowsForward(stream, plan, b, g, eps);
+    case Path::kRowTeams: return LaunchRowTeamsForward(stream, plan, plain, g, eps);
+    case Path::kGeneral: return GeneralForward(stream, b, g, eps);
+    case Path::kColumnSlices:  // the backward's alone
+    case Path::kRowsAndColumns: break;
+  }
+  return ffi::Error::Internal(std::string("gpu_ops rms_norm: no forward kernel for plan ") +
+                              PathName(plan.path));
 }
 
+// The one switch on the backward's path.
 ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
                           const BackwardBuffers& b, RowGeometry g) {
   switch (plan.path) {
@@ -71,7 +79,9 @@ ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
     case Path::kRowsAndColumns: return LaunchRowsAndColumnsBackward(stream, plan, b, g);
     case Path::kRowTeams: return LaunchRowTeamsBackward(stream, plan, b, g);
     case Path::kGeneral: return GeneralBackward(stream, b, g);
-    default: break;
+    case Path::kFewRows:  // the forward's alone
+    case Path::kWideRows:
+    case Path::kBlockRows: break;
   }
   return ffi::Error::Internal(
       std::string("gpu_ops rms_norm: no backward kernel for plan ") +

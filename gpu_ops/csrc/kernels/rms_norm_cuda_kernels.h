@@ -67,12 +67,17 @@ ffi::Error LaunchColumnSlicesBackward(cudaStream_t stream, const Plan& plan,
 ffi::Error LaunchRowsAndColumnsBackward(cudaStream_t stream, const Plan& plan,
                                         const BackwardBuffers& b, RowGeometry g);
 
-// kFewRows, kWideRows, kBlockRows and kRowTeams; with a residual add
-// (where b has one), kFewRows and kBlockRows, the planner's only paths
-// for it.
-ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
-                             const ResidualForwardBuffers& b, RowGeometry g,
-                             double eps);
+// One launcher per path of the forward; those with a kernel for the
+// residual add (kFewRows, kBlockRows, and the general kernels) take it
+// where b has one.
+ffi::Error LaunchFewRowsForward(cudaStream_t stream, const Plan& plan,
+                                const ResidualForwardBuffers& b, RowGeometry g, double eps);
+ffi::Error LaunchWideRowsForward(cudaStream_t stream, const Plan& plan,
+                                 const ForwardBuffers& b, RowGeometry g, double eps);
+ffi::Error LaunchBlockRowsForward(cudaStream_t stream, const Plan& plan,
+                                  const ResidualForwardBuffers& b, RowGeometry g, double eps);
+ffi::Error LaunchRowTeamsForward(cudaStream_t stream, const Plan& plan,
+                                 const ForwardBuffers& b, RowGeometry g, double eps);
 ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
                                   const BackwardBuffers& b, RowGeometry g);
 

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda_common.cuh"
@@ -497,81 +498,136 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
   });
 }
 
-ffi::Error LaunchRowsForward(cudaStream_t stream, const Plan& plan,
-                             const ResidualForwardBuffers& b, RowGeometry g,
-                             double eps) {
+namespace {
+
+// What the forward kernels of this file are given, typed for the call's
+// dtypes: x of T, the weight of W, y of Y (DispatchRowTypes), and, with a
+// residual add, the residual and the sum x + residual, of T (else null).
+template <typename TX, typename TW, typename TY>
+struct RowsForwardArgs {
+  using T = TX;
+  using W = TW;
+  using Y = TY;
+  const T* x;
+  const W* w;
+  Y* y;
+  float* inv_rms;
+  int64_t rows;
+  int row_vectors;
+  float inv_row_length;
+  float eps;
+  const T* residual;
+  T* sum;
+};
+
+// Calls fn(RowsForwardArgs<T, W, Y>{...}) for b's dtypes.
+template <typename Fn>
+ffi::Error WithForwardArgs(const ResidualForwardBuffers& b, RowGeometry g, double eps,
+                           Fn&& fn) {
   return DispatchRowTypes(b.x, b.w, b.y, [&](auto t, auto u, auto v) {
     using T = typename decltype(t)::type;
     using W = typename decltype(u)::type;
     using Y = typename decltype(v)::type;
-    const int row_vectors = static_cast<int>(g.row_length / Pack<T>::kSize);
-    const T* x = static_cast<const T*>(b.x.untyped_data());
-    const W* w = static_cast<const W*>(b.w.untyped_data());
-    Y* y = static_cast<Y*>(b.y.untyped_data());
-    float* inv_rms = static_cast<float*>(b.inv_rms.untyped_data());
-    const T* residual =
-        b.residual ? static_cast<const T*>(b.residual->untyped_data()) : nullptr;
-    T* sum = b.sum ? static_cast<T*>(b.sum->untyped_data()) : nullptr;
-    const float inv_row_length = Reciprocal(g.row_length);
-    const float epsilon = static_cast<float>(eps);
-    const Shape& shape = plan.shape;
-    const auto launch = [&](auto with_residual) -> ffi::Error {
-      constexpr bool kResidual = decltype(with_residual)::value;
-      const char* what = kResidual ? "launching the residual forward kernel"
-                                   : "launching the forward kernel";
-      if (plan.path == Path::kFewRows) {
-        return Launch(stream, FastForwardKernel<T, W, Y, 1, 1, kResidual>, shape,
-                      plan.groups, 0, what, x, w, y, inv_rms, g.rows,
-                      row_vectors, inv_row_length, epsilon, residual, sum);
-      }
-      return DispatchVectors<kForwardVectors<T>>(
-          shape.vectors, [&](auto vectors) -> ffi::Error {
-            constexpr int kVectors = decltype(vectors)::value;
-            if constexpr (!kResidual && sizeof(T) == 2) {
-              if (plan.path == Path::kWideRows) {
-                FastForwardKernel<T, W, Y, kVectors, 1, false, true>
-                    <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
-                        x, w, y, inv_rms, g.rows, row_vectors, inv_row_length, epsilon,
-                        nullptr, nullptr);
-                return CheckLaunch(what);
-              }
-            }
-            // The kernel's rows a block are a template argument: the plan's,
-            // RowsPerBlock or one.
-            const auto block_rows = [&](auto rows) {
-              FastForwardKernel<T, W, Y, kVectors, decltype(rows)::value, kResidual>
-                  <<<static_cast<unsigned>(plan.groups), shape.team, 0, stream>>>(
-                      x, w, y, inv_rms, g.rows, row_vectors, inv_row_length,
-                      epsilon, residual, sum);
-              return CheckLaunch(what);
-            };
-            constexpr int kRows = RowsPerBlock(kVectors, kResidual);
-            if (plan.path == Path::kBlockRows && plan.rows_per_group == kRows) {
-              return block_rows(std::integral_constant<int, kRows>{});
-            }
-            if (plan.path == Path::kBlockRows && plan.rows_per_group == 1) {
-              return block_rows(std::integral_constant<int, 1>{});
-            }
-            // Row teams take one dtype (the planner's kOneDType).
-            if constexpr (!kResidual && std::is_same_v<T, W> && std::is_same_v<T, Y>) {
-              if (plan.path == Path::kRowTeams) {
-                return ForCluster(
-                    shape, ClusterForwardKernel<T, kVectors, true>,
-                    ClusterForwardKernel<T, kVectors, false>, [&](auto kernel) {
-                      return Launch(stream, kernel, shape, plan.groups,
-                                    plan.shared_bytes, what, x, w, y, inv_rms,
-                                    g.rows, row_vectors, shape,
-                                    static_cast<float>(g.row_length), epsilon);
-                    });
-              }
-            }
-            return ffi::Error::Internal(
-                std::string("gpu_ops rms_norm: the row forward") +
-                (kResidual ? " with a residual" : "") + " cannot run plan " +
-                PathName(plan.path) + " for these dtypes");
-          });
-    };
-    return b.residual ? launch(std::true_type{}) : launch(std::false_type{});
+    return fn(RowsForwardArgs<T, W, Y>{
+        static_cast<const T*>(b.x.untyped_data()), static_cast<const W*>(b.w.untyped_data()),
+        static_cast<Y*>(b.y.untyped_data()), static_cast<float*>(b.inv_rms.untyped_data()),
+        g.rows, static_cast<int>(g.row_length / Pack<T>::kSize), Reciprocal(g.row_length),
+        static_cast<float>(eps),
+        b.residual ? static_cast<const T*>(b.residual->untyped_data()) : nullptr,
+        b.sum ? static_cast<T*>(b.sum->untyped_data()) : nullptr});
+  });
+}
+
+// Launches FastForwardKernel for a's dtypes: plan.groups blocks of one team.
+template <int kVectors, int kRows, bool kResidual, bool kWeightLate = false, typename A>
+ffi::Error LaunchFastForward(cudaStream_t stream, const Plan& plan, const A& a) {
+  FastForwardKernel<typename A::T, typename A::W, typename A::Y, kVectors, kRows, kResidual,
+                    kWeightLate>
+      <<<static_cast<unsigned>(plan.groups), plan.shape.team, 0, stream>>>(
+          a.x, a.w, a.y, a.inv_rms, a.rows, a.row_vectors, a.inv_row_length, a.eps,
+          a.residual, a.sum);
+  return CheckLaunch(kResidual ? "launching the residual forward kernel"
+                               : "launching the forward kernel");
+}
+
+// A plan the launcher has no kernel for: the planner gives none such, and
+// one that did must fail, not compute something else.
+ffi::Error NoKernel(const Plan& plan, const std::string& what) {
+  return ffi::Error::Internal(std::string("gpu_ops rms_norm: no ") + PathName(plan.path) +
+                              " kernel for " + what);
+}
+
+}  // namespace
+
+ffi::Error LaunchFewRowsForward(cudaStream_t stream, const Plan& plan,
+                                const ResidualForwardBuffers& b, RowGeometry g,
+                                double eps) {
+  return WithForwardArgs(b, g, eps, [&](const auto& a) {
+    return a.residual ? LaunchFastForward<1, 1, true>(stream, plan, a)
+                      : LaunchFastForward<1, 1, false>(stream, plan, a);
+  });
+}
+
+// 16-bit rows, a row a 1024-thread block with its weight loaded late.
+ffi::Error LaunchWideRowsForward(cudaStream_t stream, const Plan& plan,
+                                 const ForwardBuffers& b, RowGeometry g, double eps) {
+  return WithForwardArgs({b.x, b.w, b.y, b.inv_rms}, g, eps, [&](const auto& a) -> ffi::Error {
+    using T = typename std::decay_t<decltype(a)>::T;
+    if constexpr (sizeof(T) == 2) {
+      return DispatchVectors<kForwardVectors<T>>(plan.shape.vectors, [&](auto vectors) {
+        return LaunchFastForward<decltype(vectors)::value, 1, false, true>(stream, plan, a);
+      });
+    } else {
+      return NoKernel(plan, "float32 x");
+    }
+  });
+}
+
+// A block's rows at once, a template argument: the plan's, one or
+// RowsPerBlock of its vectors.
+ffi::Error LaunchBlockRowsForward(cudaStream_t stream, const Plan& plan,
+                                  const ResidualForwardBuffers& b, RowGeometry g,
+                                  double eps) {
+  return WithForwardArgs(b, g, eps, [&](const auto& a) {
+    using T = typename std::decay_t<decltype(a)>::T;
+    return DispatchVectors<kForwardVectors<T>>(plan.shape.vectors, [&](auto vectors) {
+      constexpr int kV = decltype(vectors)::value;
+      const auto launch = [&](auto with_residual) -> ffi::Error {
+        constexpr bool kResidual = decltype(with_residual)::value;
+        constexpr int kRows = RowsPerBlock(kV, kResidual);
+        if (plan.team_rows == 1) return LaunchFastForward<kV, 1, kResidual>(stream, plan, a);
+        if (plan.team_rows == kRows) {
+          return LaunchFastForward<kV, kRows, kResidual>(stream, plan, a);
+        }
+        return NoKernel(plan, std::to_string(plan.team_rows) + " rows a block");
+      };
+      return a.residual ? launch(std::true_type{}) : launch(std::false_type{});
+    });
+  });
+}
+
+// Rows over a cluster's blocks, or teams streaming rows through shared
+// memory; x, the weight and y of one dtype (the planner's kOneDType).
+ffi::Error LaunchRowTeamsForward(cudaStream_t stream, const Plan& plan,
+                                 const ForwardBuffers& b, RowGeometry g, double eps) {
+  return WithForwardArgs({b.x, b.w, b.y, b.inv_rms}, g, eps, [&](const auto& a) -> ffi::Error {
+    using A = std::decay_t<decltype(a)>;
+    using T = typename A::T;
+    if constexpr (std::is_same_v<T, typename A::W> && std::is_same_v<T, typename A::Y>) {
+      return DispatchVectors<kForwardVectors<T>>(plan.shape.vectors, [&](auto vectors) {
+        constexpr int kV = decltype(vectors)::value;
+        return ForCluster(
+            plan.shape, ClusterForwardKernel<T, kV, true>, ClusterForwardKernel<T, kV, false>,
+            [&](auto kernel) {
+              return Launch(stream, kernel, plan.shape, plan.groups, plan.shared_bytes,
+                            "launching the forward kernel", a.x, a.w, a.y, a.inv_rms, a.rows,
+                            a.row_vectors, plan.shape, static_cast<float>(g.row_length),
+                            a.eps);
+            });
+      });
+    } else {
+      return NoKernel(plan, "x, weight and y of different dtypes");
+    }
   });
 }
 
@@ -599,7 +655,7 @@ ffi::Error LaunchRowTeamsBackward(cudaStream_t stream, const Plan& plan,
                     static_cast<const W*>(b.w.untyped_data()),
                     static_cast<T*>(b.dx.untyped_data()), partials, g.rows,
                     row_vectors, num_partials,
-                    static_cast<int>(plan.rows_per_group), plan.shape,
+                    static_cast<int>(plan.rows_per_partial), plan.shape,
                     Reciprocal(g.row_length));
               });
         });

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/dependent_launch.cuh"
@@ -223,11 +224,14 @@ ffi::Error LaunchShortRowsForward(cudaStream_t stream, const Plan& plan,
             static_cast<float>(eps));
         return CheckLaunch("launching the short-row forward kernel");
       };
-      // A team's rows: the plan's, kShortRowsForwardRows or one.
-      if (plan.rows_per_group == plan.shape.teams) {
-        return launch(ShortRowsForwardKernel<T, W, Y, kLanes, 1>);
+      // A team's rows at once, a template argument: the plan's, one or
+      // kShortRowsForwardRows.
+      if (plan.team_rows == 1) return launch(ShortRowsForwardKernel<T, W, Y, kLanes, 1>);
+      if (plan.team_rows == kShortRowsForwardRows) {
+        return launch(ShortRowsForwardKernel<T, W, Y, kLanes, kShortRowsForwardRows>);
       }
-      return launch(ShortRowsForwardKernel<T, W, Y, kLanes, kShortRowsForwardRows>);
+      return ffi::Error::Internal("gpu_ops rms_norm: no short-row forward kernel for " +
+                                  std::to_string(plan.team_rows) + " rows a team");
     });
   });
 }

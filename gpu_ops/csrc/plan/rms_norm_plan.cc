@@ -113,13 +113,12 @@ std::optional<Plan> ShortRows(const Problem& p, const DeviceModel& device, bool 
   plan.path = Path::kShortRows;
   // (a lane's values are kShortRowLaneValues, not whole vectors: vectors 1)
   plan.shape = Shape{1, lanes, kShortRowsThreads / lanes, 1};
-  plan.rows_per_group =
-      int64_t{plan.shape.teams} * (forward ? kShortRowsForwardRows : kShortRowsBackwardRows);
-  plan.groups = CeilDiv(p.rows, plan.rows_per_group);
+  plan.team_rows = forward ? kShortRowsForwardRows : kShortRowsBackwardRows;
+  plan.groups = CeilDiv(p.rows, int64_t{plan.shape.teams} * plan.team_rows);
   if (forward) {
     if (plan.groups < device.Sms()) {
-      plan.rows_per_group = plan.shape.teams;
-      plan.groups = CeilDiv(p.rows, plan.rows_per_group);
+      plan.team_rows = 1;
+      plan.groups = CeilDiv(p.rows, plan.shape.teams);
     }
     if (plan.groups > kMaxGrid) {
       return Refuse(refused, Path::kShortRows, "more rows than a grid has blocks");
@@ -190,8 +189,7 @@ std::optional<Plan> RowsAndColumns(const Problem& p, const DeviceModel& device,
   Plan plan;
   plan.path = Path::kRowsAndColumns;
   plan.shape = Shape{1, team, 1, static_cast<int>(vectors)};
-  plan.rows_per_group = p.rows;
-  plan.groups = p.rows + CeilDiv(row_vectors, kColumnBlockVectors);
+  plan.groups = p.rows + CeilDiv(row_vectors, kColumnBlockVectors);  // the rows' blocks first
   if (device.Resident(Kernel::kRowsAndColumns, p.dtype, plan.shape, 0) < 1) {
     return Refuse(refused, Path::kRowsAndColumns, "its blocks do not fit an SM");
   }
@@ -249,7 +247,7 @@ std::optional<Plan> RowTeamsForward(const Problem& p, const DeviceModel& device,
     plan.path = Path::kBlockRows;
     plan.shape.teams = 1;  // blocks of one team, which takes rows_per_block rows
     plan.groups = CeilDiv(p.rows, rows_per_block);
-    plan.rows_per_group = rows_per_block;
+    plan.team_rows = rows_per_block;
     return plan;
   }
   // Rows over a cluster (or more rows than a grid's blocks): as many groups
@@ -287,8 +285,9 @@ std::optional<Plan> RowTeamsBackward(const Problem& p,
   // A team a partial row, in no more groups than the GPU runs at once: a
   // second wave of groups would start after the first's slowest.
   plan.groups = std::min(CeilDiv(p.num_partials, shape->teams), resident);
-  plan.rows_per_group = CeilDiv(p.rows, std::min(plan.groups * shape->teams, p.num_partials));
-  if (plan.rows_per_group > std::numeric_limits<int>::max()) {  // the kernel counts in 32 bits
+  plan.rows_per_partial =
+      CeilDiv(p.rows, std::min(plan.groups * shape->teams, p.num_partials));
+  if (plan.rows_per_partial > std::numeric_limits<int>::max()) {  // the kernel counts in 32 bits
     return Refuse(refused, Path::kRowTeams, "more than 2^31 - 1 rows a team");
   }
   return plan;

@@ -184,21 +184,22 @@ enum class Path {
   kGeneral,
 };
 
-// A launch: `groups` blocks (or clusters) of `shape`, with `shared_bytes` of
-// dynamic shared memory each. Short rows: shape.team lanes a row,
-// shape.teams rows a block at once, `rows_per_group` rows a block in one go
-// (the backward's blocks go on to the rows a grid's width further). Block
-// rows: `rows_per_group` rows a block. Rows and columns: the first
-// `rows_per_group` blocks a row each, the others kColumnBlockVectors vector
-// columns each. Row teams backward: each group adds up the weight gradient
-// of `rows_per_group` rows. (kernel_plans.kernel_plan names these by what
-// they are for each path: module.cc's PlanDict.)
+// A launch: `groups` blocks (or clusters of shape.cluster blocks) of
+// `shape`, with `shared_bytes` of dynamic shared memory each, and what the
+// path's kernel is told beyond its launch. (kernel_plans.kernel_plan names
+// these by what they are for each path: module.cc's PlanDict.)
 struct Plan {
   Path path = Path::kGeneral;
   Shape shape = {1, 0, 1, 0};
   int64_t groups = 0;
   int shared_bytes = 0;
-  int64_t rows_per_group = 0;
+  // Rows each team of threads loads at once: short rows (a team is a group
+  // of lanes) and block rows (a block is one team) choose their kernel by
+  // it; every other path takes one row at a time.
+  int team_rows = 1;
+  // The row teams' backward: rows whose weight gradient each team adds up
+  // into one partial row.
+  int64_t rows_per_partial = 0;
 };
 
 // Paths the planner must not take, as a set of bits (1 << Path): to measure
