@@ -94,7 +94,6 @@ PATH_CASES = [
     ("bfloat16", 262_144, 128),  # short rows (a QK-norm)
     ("bfloat16", 8, 4_096),  # decoding a batch: rows and columns (backward)
     ("bfloat16", 1, 16_384),  # decoding one sequence: column slices (backward)
-    ("bfloat16", 512, 1_024),  # few rows
     ("bfloat16", 16_384, 1_024),  # rows a block holds
     ("bfloat16", 2_048, 16_384),  # a row a 1024-thread block
     ("bfloat16", 1_024, 32_768), ("bfloat16", 512, 65_536),  # a row a cluster

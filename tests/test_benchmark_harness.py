@@ -74,7 +74,7 @@ def test_a_resumed_run_keeps_whole_cases_and_measures_a_cut_one_again(tmp_path):
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="the GPU case list is long")
 @pytest.mark.parametrize("other_run", [{"commit": "0" * 40}, {"jax_version": "0.0.1"},
-                                       {"plan_without": "few_rows"},
+                                       {"plan_without": "wide_rows"},
                                        {"plan": {"forward": "general", "backward": "general"}}])
 def test_a_resumed_run_measures_again_what_another_run_measured(tmp_path, other_run):
     # Another commit's, JAX's or plan setting's records, or a partial run's (which
@@ -378,7 +378,7 @@ def test_a_comparison_row_says_what_leaving_a_path_out_costs():
 def test_compare_paths_needs_an_output_file_and_chooses_its_own_runs(capsys):
     bench = _load("rms_norm_bench")
     for extra in ([], ["--out", "x.json", "--impl", "gpu_ops"],
-                  ["--out", "x.json", "--without", "few_rows"]):
+                  ["--out", "x.json", "--without", "wide_rows"]):
         with pytest.raises(SystemExit):
             bench.main(["--compare-paths", *extra])
         assert "--compare-paths" in capsys.readouterr().err

@@ -18,7 +18,6 @@ import pytest
 
 import gpu_ops
 import reference
-import test_kernel_plans
 from gpu_ops import float8
 from gpu_ops.kernel_plans import H100, kernel_plan
 from reference import assert_close
@@ -102,11 +101,11 @@ def test_more_than_two_to_the_31_elements():
 # longer than a block's threads' vectors takes one cluster's column slices, the last
 # slice part empty (a row of 13,600 values; on a GPU with clusters); up to 64 take a
 # block a row beside blocks of columns (37 rows of 12,296 values: 2 vectors a thread,
-# the last column block of one vector); 67 rows are few (a block per row, a thread per
-# 16-byte vector), 4,099 are not; 1,001 16-bit rows of 16,384 (more than SMs) a
-# 1024-thread block each; rows of 65,536 take a cluster (on Hopper; the general kernels
-# elsewhere); and the general kernels (rms_norm_general.cu) take what the fast ones do
-# not: rows longer than a cluster holds (the seed's 32 x 262,144, and 3 x 131,080, whose
+# the last column block of one vector); 67 rows take a block each (fewer blocks of
+# more rows would leave SMs idle), 4,099 two a block; 1,001 16-bit rows of 16,384
+# (more than SMs) a 1024-thread block each; rows of 65,536 take a cluster (on
+# Hopper; the general kernels elsewhere); and the general kernels
+# (rms_norm_general.cu) take what the fast ones do not: rows longer than a cluster holds (the seed's 32 x 262,144, and 3 x 131,080, whose
 # forward takes a cluster and backward the general kernel), rows not of whole 16-byte
 # vectors, and float64.
 PATH_CASES = [((262_147, 128), jnp.bfloat16), ((67, 200), jnp.float32),
@@ -151,7 +150,7 @@ def test_the_path_cases_take_every_path():
     taken = {direction: {kernel_plan(direction, shape, dtype)["path"]
                          for shape, dtype in PATH_CASES}
              for direction in ("forward", "backward")}
-    forward = {"short_rows", "few_rows", "wide_rows", "block_rows", "row_teams", "general"}
+    forward = {"short_rows", "wide_rows", "block_rows", "row_teams", "general"}
     backward = {"short_rows", "column_slices", "rows_and_columns", "row_teams", "general"}
     if not clusters_planned():  # row teams of one block need more rows than a grid has blocks
         forward -= {"row_teams"}
@@ -179,15 +178,6 @@ def test_the_described_h100_plans_as_this_hopper_gpu_does():
         described = kernel_plan("forward", shape, dtype, H100, weight_dtype=weight_dtype,
                                 residual=True)
         assert here["path"] == described["path"], (shape, dtype)
-    # the most rows the few-rows forward takes (the described H100's limit,
-    # which test_kernel_plans checks), which the benchmark's small case
-    # (512 x 4,096) comes close to
-    for row_length, dtype in [(4_096, jnp.bfloat16), (1_024, jnp.bfloat16),
-                              (1_024, jnp.float32)]:
-        limit = test_kernel_plans.few_rows_limit(row_length, dtype, H100)
-        for rows in (limit, limit + 1):
-            here = kernel_plan("forward", (rows, row_length), dtype)["path"]
-            assert (here == "few_rows") == (rows == limit), (rows, row_length, dtype)
 
 
 def run_path_cases(environment, tests):
@@ -217,12 +207,13 @@ def test_the_paths_of_a_gpu_without_clusters():
 @pytest.mark.runs_every_implementation
 @pytest.mark.skipif(WITHOUT_PATHS in os.environ, reason="already without those paths")
 def test_the_paths_that_take_the_rows_of_those_left_out():
-    # Without the paths for few rows, short rows and rows a block holds, the
+    # Without the paths for short rows, a decoding batch's backward and rows a
+    # block holds, the
     # path cases take the others (row teams, of one block too, and the
     # general kernels), as the benchmarks do to measure what each
     # specialised path gains.
-    run_path_cases({WITHOUT_PATHS: "short_rows,column_slices,rows_and_columns,few_rows,"
-                                   "wide_rows,block_rows"},
+    run_path_cases({WITHOUT_PATHS: "short_rows,column_slices,rows_and_columns,wide_rows,"
+                                   "block_rows"},
                    "test_kernel_path")
 
 
@@ -230,7 +221,7 @@ def test_the_paths_that_take_the_rows_of_those_left_out():
 # float32 has it (y, dy and the weight gradient float32, dx 16-bit): the
 # paths for the rows of models take it as they take one dtype (short rows,
 # in few rows and in rows the backward's blocks go through more than once;
-# column slices, the last slice part empty; rows and columns; few rows;
+# column slices, the last slice part empty; rows and columns;
 # rows a block holds; 16-bit rows of 16,384 and their backward's clusters), and the general
 # kernels longer rows.
 FLOAT32_WEIGHT_CASES = [(5, 16, 128), (40_009, 64), (4_099, 256), (1, 13_600), (37, 12_296),
@@ -258,9 +249,9 @@ def test_a_float32_weight_takes_the_paths_of_one_dtype():
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
 def test_forward_of_more_rows_than_the_gpu_holds_blocks_for(dtype, shape):
     # More rows than the GPU runs blocks of one row at once (a Hopper GPU's
-    # 132 SMs hold 2,112 blocks of 128 threads, 528 of 512), so not the
-    # few rows' shape: blocks of one or more rows (FastForwardKernel), for
-    # 16-bit rows two a block, the last block holding one.
+    # 132 SMs hold 2,112 blocks of 128 threads, 528 of 512): blocks of one
+    # or more rows (FastForwardKernel), for 16-bit rows two a block, the
+    # last block holding one.
     check_random_op(shape, dtype, seed=4)
 
 
@@ -362,12 +353,12 @@ def test_the_handlers_plan_without_reading_the_environment():
     assert result.stdout.strip() == "((), False)"
 
 
-# The forward with a residual add. Few rows (a block each), rows a block
-# holds (FastForwardKernel with kResidual: a transformer's 16,384 x 2,048,
+# The forward with a residual add. Rows a block holds (FastForwardKernel
+# with kResidual: 67 rows a block each, a transformer's 16,384 x 2,048,
 # more rows than blocks run at once, 16-bit rows of 16,384 in 1024-thread
 # blocks, a row of 5,000 whose last vectors are cut short); and the general kernel
 # (rms_norm_general.cu) for a row shorter than a vector, the seed's long
-# rows and float64; a float32 weight of bfloat16 x takes few rows.
+# rows and float64; a float32 weight of bfloat16 x, rows a block holds.
 RESIDUAL_CASES = [((67, 2_048), jnp.bfloat16, None), ((16_384, 2_048), jnp.bfloat16, None),
                   ((70_001, 96), jnp.float32, None), ((1_001, 16_384), jnp.bfloat16, None),
                   ((67, 5_000), jnp.float16, None), ((67, 3), jnp.float32, None),
@@ -388,7 +379,7 @@ def test_the_residual_cases_take_every_residual_path():
     taken = {kernel_plan("forward", shape, dtype, residual=True,
                          weight_dtype=weight_dtype)["path"]
              for shape, dtype, weight_dtype in RESIDUAL_CASES}
-    assert taken == {"few_rows", "block_rows", "general"}
+    assert taken == {"block_rows", "general"}
 
 
 # The forward quantised to float8 (rms_norm_fp8.cu): one group a row, many,

@@ -22,7 +22,7 @@ from gpu_ops.kernel_plans import (A100, H100, PATHS, GpuModel, kernel_plan, leav
 
 # shape, dtype: (forward, backward) path on the H100, then on the A100
 CLASSES = [
-    ((67, 1_024), jnp.bfloat16, ("few_rows", "row_teams"), ("few_rows", "row_teams")),
+    ((67, 1_024), jnp.bfloat16, ("block_rows", "row_teams"), ("block_rows", "row_teams")),
     ((16_384, 1_024), jnp.bfloat16, ("block_rows", "row_teams"),
      ("block_rows", "row_teams")),
     # rows a block does not hold: on an A100, which runs no clusters, the
@@ -37,8 +37,8 @@ CLASSES = [
     # decoding: the backward of one row over one cluster's column slices, of
     # up to 64 rows (and one without clusters) in a block a row beside blocks
     # of the weight gradient's columns
-    ((8, 4_096), jnp.bfloat16, ("few_rows", "rows_and_columns"),
-     ("few_rows", "rows_and_columns")),
+    ((8, 4_096), jnp.bfloat16, ("block_rows", "rows_and_columns"),
+     ("block_rows", "rows_and_columns")),
     ((1, 16_384), jnp.bfloat16, ("block_rows", "column_slices"),
      ("block_rows", "rows_and_columns")),
     ((1, 8_192), jnp.bfloat16, ("block_rows", "rows_and_columns"),
@@ -48,7 +48,7 @@ CLASSES = [
     ((64, 16_384), jnp.bfloat16, ("block_rows", "rows_and_columns"),
      ("block_rows", "rows_and_columns")),
     ((132, 16_384), jnp.bfloat16, ("wide_rows", "row_teams"), ("wide_rows", "general")),
-    ((65, 4_096), jnp.bfloat16, ("few_rows", "row_teams"), ("few_rows", "row_teams")),
+    ((65, 4_096), jnp.bfloat16, ("block_rows", "row_teams"), ("block_rows", "row_teams")),
     # QK-norm rows (head_dim 64 to 256), from decoding to training
     ((32, 128), jnp.bfloat16, ("short_rows", "short_rows"), ("short_rows", "short_rows")),
     ((262_144, 128), jnp.bfloat16, ("short_rows", "short_rows"),
@@ -116,7 +116,7 @@ def check_plan_covers(plan, direction, rows, row_length, dtype, gpu):
     assert plan["shared_bytes"] <= gpu.shared_bytes_per_block
     assert cluster == 1 or (gpu.clusters and cluster <= 8)
     vectors = plan.get("vectors_per_thread", 1)
-    if path in ("few_rows", "wide_rows", "block_rows"):  # a block holds its rows
+    if path in ("wide_rows", "block_rows"):  # a block holds its rows
         assert cluster == 1 and threads * vectors * values >= row_length
         assert blocks * plan["rows_per_block"] >= rows
     elif path == "row_teams":
@@ -224,32 +224,6 @@ def test_a_backward_of_many_rows_runs_in_one_wave_of_blocks(gpu):
         assert plan["blocks"] * plan["rows_per_team"] >= rows
 
 
-def test_a_gpu_that_holds_fewer_blocks_gets_fewer_few_rows():
-    small = GpuModel("half an H100", sms=66, clusters=True, shared_bytes_per_sm=233_472,
-                     shared_bytes_per_block=232_448)
-    rows = 2_000
-    assert kernel_plan("forward", (rows, 1_024), jnp.bfloat16, H100)["path"] == "few_rows"
-    assert kernel_plan("forward", (rows, 1_024), jnp.bfloat16, small)["path"] != "few_rows"
-
-
-def few_rows_limit(row_length, dtype, gpu):
-    """The most rows the few-rows forward takes: a block a row, a thread for
-    each 16-byte vector of it (whole warps), as many blocks as the GPU's
-    threads hold (its registers hold as many: the kernel keeps to 32 a thread)."""
-    vectors = row_length // VALUES_PER_VECTOR[dtype]
-    team = -(-vectors // 32) * 32
-    return gpu.sms * (gpu.threads_per_sm // team)
-
-
-@pytest.mark.parametrize("row_length,dtype", [(1_024, jnp.bfloat16), (4_096, jnp.bfloat16),
-                                              (2_048, jnp.float16), (1_024, jnp.float32)])
-def test_few_rows_take_as_many_rows_as_the_gpus_threads_hold(row_length, dtype):
-    for gpu in (H100, A100):
-        limit = few_rows_limit(row_length, dtype, gpu)
-        assert kernel_plan("forward", (limit, row_length), dtype, gpu)["path"] == "few_rows"
-        assert kernel_plan("forward", (limit + 1, row_length), dtype, gpu)["path"] != "few_rows"
-
-
 def test_bad_questions_get_clear_errors():
     with pytest.raises(ValueError, match="direction"):
         kernel_plan("sideways", (8, 1_024), jnp.float32, H100)
@@ -301,11 +275,11 @@ def test_the_handlers_leave_out_what_a_benchmark_asks_and_only_paths():
     # benchmarks measure each path on one GPU with it).
     assert left_out() == ((), False)
     try:
-        leave_out(("row_teams", "few_rows"), clusters=True)
-        assert left_out() == (("few_rows", "row_teams"), True)  # in PATHS' order
+        leave_out(("row_teams", "wide_rows"), clusters=True)
+        assert left_out() == (("wide_rows", "row_teams"), True)  # in PATHS' order
         with pytest.raises(ValueError, match="'fastest' names something other than kernel"):
             leave_out(["fastest"])
-        assert left_out() == (("few_rows", "row_teams"), True)  # a refused call changes nothing
+        assert left_out() == (("wide_rows", "row_teams"), True)  # a refused call changes nothing
         with pytest.raises(TypeError, match="sequence of path names"):
             leave_out("row_teams")
     finally:
@@ -361,11 +335,10 @@ def test_a_float32_weight_takes_more_ring_memory_in_the_backward():
     assert mixed["shared_bytes"] * 2 == same["shared_bytes"] * 3
 
 
-# The forward with a residual add: few rows, and rows a block holds (half as
-# many rows a block as without it, for the residual's loads, and 16-bit rows
-# of 16,384 too); the general kernels take the rest, such as rows a cluster
-# holds.
-RESIDUAL_CLASSES = [((67, 1_024), jnp.bfloat16, "few_rows"),
+# The forward with a residual add: rows a block holds (half as many rows a
+# block as without it, for the residual's loads, and 16-bit rows of 16,384
+# too); the general kernels take the rest, such as rows a cluster holds.
+RESIDUAL_CLASSES = [((67, 1_024), jnp.bfloat16, "block_rows"),
                     ((16_384, 2_048), jnp.bfloat16, "block_rows"),
                     ((16_384, 1_024), jnp.float32, "block_rows"),
                     ((16_384, 512), jnp.bfloat16, "block_rows"),
@@ -397,7 +370,7 @@ def test_every_residual_plan_covers_its_rows_within_the_gpus_limits(gpu):
             for rows in (1, 300, 1 << 20):
                 plan = kernel_plan("forward", (rows, row_vectors * values), dtype, gpu,
                                    residual=True)
-                assert plan["path"] in ("few_rows", "block_rows", "general")
+                assert plan["path"] in ("block_rows", "general")
                 if plan["path"] != "general":
                     check_plan_covers(plan, "forward", rows, row_vectors * values, dtype, gpu)
 
@@ -413,11 +386,10 @@ def test_a_plan_says_why_it_passed_over_the_paths_before_it():
         "vectors_per_thread": 2}
     assert plan["refused"] == [
         ("short_rows", "rows of more than 256 values"),
-        ("few_rows", "more rows than the GPU holds blocks of a row at once"),
         ("wide_rows", "a row takes at most 512 threads")]
-    left_out = kernel_plan("forward", (8192, 4096), "bfloat16", H100, without=("few_rows",))
+    left_out = kernel_plan("forward", (8192, 4096), "bfloat16", H100, without=("wide_rows",))
     assert left_out["path"] == "block_rows"
-    assert left_out["refused"][1] == ("few_rows", "left out of the plans")
+    assert left_out["refused"][1] == ("wide_rows", "left out of the plans")
 
 
 # What a plan gives each thread, block or cluster, by path and direction,
@@ -427,7 +399,6 @@ PATH_FIELDS = {
     "short_rows": ({"lanes_per_row", "rows_per_block"}, {"lanes_per_row", "rows_per_block_pass"}),
     "column_slices": (None, set()),
     "rows_and_columns": (None, {"row_blocks", "column_blocks", "vectors_per_thread"}),
-    "few_rows": ({"rows_per_block"}, None),
     "wide_rows": ({"rows_per_block", "vectors_per_thread"}, None),
     "block_rows": ({"rows_per_block", "vectors_per_thread"}, None),
     "row_teams": ({"threads_per_row", "rows_at_once_per_block", "vectors_per_thread"},

@@ -75,7 +75,6 @@ py::list PlanKernels(gpu_ops::Path path, bool forward) {
       break;
     case Path::kColumnSlices: names = {"ColumnSlicesBackwardKernel"}; break;
     case Path::kRowsAndColumns: names = {"RowsAndColumnsBackwardKernel"}; break;
-    case Path::kFewRows:
     case Path::kBlockRows:
     case Path::kWideRows: names = {"FastForwardKernel"}; break;
     case Path::kRowTeams:
@@ -121,9 +120,6 @@ py::dict PlanDict(const gpu_ops::Plan& plan, bool forward, int64_t rows,
       d["row_blocks"] = rows;
       d["column_blocks"] = plan.groups - rows;
       d["vectors_per_thread"] = s.vectors;
-      break;
-    case Path::kFewRows:  // a thread a vector
-      d["rows_per_block"] = 1;
       break;
     case Path::kWideRows:
       d["rows_per_block"] = 1;

@@ -29,7 +29,6 @@ class CurrentGpu final : public DeviceModel {
   int64_t Resident(Kernel kernel, DType dtype, const Shape& shape,
                    int shared_bytes) const override {
     switch (kernel) {
-      case Kernel::kFewRowsForward:
       case Kernel::kRowTeamsForward:
       case Kernel::kRowTeamsBackward:
         return RowTeamsResident(kernel, dtype, shape, shared_bytes);
@@ -49,8 +48,7 @@ class CurrentGpu final : public DeviceModel {
 // plan that did must fail rather than leave the residual out.
 ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
                          const ResidualForwardBuffers& b, RowGeometry g, double eps) {
-  const bool adds_residual = plan.path == Path::kFewRows || plan.path == Path::kBlockRows ||
-                             plan.path == Path::kGeneral;
+  const bool adds_residual = plan.path == Path::kBlockRows || plan.path == Path::kGeneral;
   if (b.residual != nullptr && !adds_residual) {
     return ffi::Error::Internal(std::string("gpu_ops rms_norm: plan ") + PathName(plan.path) +
                                 " has no kernel with the residual add");
@@ -58,7 +56,6 @@ ffi::Error LaunchForward(cudaStream_t stream, const Plan& plan,
   const ForwardBuffers plain{b.x, b.w, b.y, b.inv_rms};
   switch (plan.path) {
     case Path::kShortRows: return LaunchShortRowsForward(stream, plan, plain, g, eps);
-    case Path::kFewRows: return LaunchFewRowsForward(stream, plan, b, g, eps);
     case Path::kWideRows: return LaunchWideRowsForward(stream, plan, plain, g, eps);
     case Path::kBlockRows: return LaunchBlockRowsForward(stream, plan, b, g, eps);
     case Path::kRowTeams: return LaunchRowTeamsForward(stream, plan, plain, g, eps);
@@ -79,8 +76,7 @@ ffi::Error LaunchBackward(cudaStream_t stream, const Plan& plan,
     case Path::kRowsAndColumns: return LaunchRowsAndColumnsBackward(stream, plan, b, g);
     case Path::kRowTeams: return LaunchRowTeamsBackward(stream, plan, b, g);
     case Path::kGeneral: return GeneralBackward(stream, b, g);
-    case Path::kFewRows:  // the forward's alone
-    case Path::kWideRows:
+    case Path::kWideRows:  // the forward's alone
     case Path::kBlockRows: break;
   }
   return ffi::Error::Internal(

@@ -13,7 +13,7 @@
 // add up each row's dot product through each other's shared memory; then
 // each thread writes its column of dx and, since it holds its column of
 // every row, its part of the weight gradient. (The forward the same way was
-// slower than a block a row, kFewRows.)
+// slower than a block a row.)
 //
 // Rows and columns (up to kMaxRowsAndColumnsRows rows): the first blocks
 // take a row each, add up its dot product and write its dx; the others take

@@ -68,10 +68,8 @@ ffi::Error LaunchRowsAndColumnsBackward(cudaStream_t stream, const Plan& plan,
                                         const BackwardBuffers& b, RowGeometry g);
 
 // One launcher per path of the forward; those with a kernel for the
-// residual add (kFewRows, kBlockRows, and the general kernels) take it
-// where b has one.
-ffi::Error LaunchFewRowsForward(cudaStream_t stream, const Plan& plan,
-                                const ResidualForwardBuffers& b, RowGeometry g, double eps);
+// residual add (kBlockRows, and the general kernels) take it where b has
+// one.
 ffi::Error LaunchWideRowsForward(cudaStream_t stream, const Plan& plan,
                                  const ForwardBuffers& b, RowGeometry g, double eps);
 ffi::Error LaunchBlockRowsForward(cudaStream_t stream, const Plan& plan,

@@ -168,11 +168,6 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors], const Weight& weig
 // With kResidual (a residual add), the residual's vectors are in flight
 // beside x's (so half the rows a block: RowsPerBlock), and each row becomes
 // x + residual, rounded to T, stored in `sum` and normalised from registers.
-// The few-rows instance (one vector of one row a thread) is held to 32
-// registers, which it fits without a spill: then an SM's limit of 2,048
-// threads, not its registers, sets how many of its blocks fit, as the
-// planner's model of a GPU (described_gpu.cc) assumes, and that model's
-// few-rows plans agree with the GPU's whatever registers ptxas gives it.
 // A float32 weight W of 16-bit x (y then float32, or x's dtype: Y) doubles
 // the weight's registers: those instances take up to 64.
 // kWeightLate, for a row a block of more than 512 threads (16-bit rows of
@@ -186,9 +181,7 @@ __device__ void NormaliseRows(const P (&xv)[kRows][kVectors], const Weight& weig
 // other adds up and writes.
 template <typename T, typename W, typename Y, int kVectors, int kRows, bool kResidual = false,
           bool kWeightLate = false>
-__global__ void __maxnreg__(kWeightLate || kVectors * kRows == 1
-                                ? 32
-                                : (sizeof(T) == 2 && sizeof(W) == 2 ? 40 : 64))
+__global__ void __maxnreg__(kWeightLate ? 32 : (sizeof(T) == 2 && sizeof(W) == 2 ? 40 : 64))
     FastForwardKernel(const T* __restrict__ x, const W* __restrict__ w,
                       Y* __restrict__ y, float* __restrict__ inv_rms,
                       int64_t rows, int row_vectors, float inv_row_length,
@@ -478,8 +471,6 @@ int64_t RowTeamsResident(Kernel kernel, DType dtype, const Shape& shape,
       return ResidentGroups(instance, shape, shared_bytes);
     };
     switch (kernel) {
-      case Kernel::kFewRowsForward:
-        return resident(FastForwardKernel<T, T, T, 1, 1>);
       case Kernel::kRowTeamsForward:
         return DispatchVectors<kForwardVectors<T>>(shape.vectors, [&](auto v) {
           constexpr int kV = decltype(v)::value;
@@ -558,15 +549,6 @@ ffi::Error NoKernel(const Plan& plan, const std::string& what) {
 }
 
 }  // namespace
-
-ffi::Error LaunchFewRowsForward(cudaStream_t stream, const Plan& plan,
-                                const ResidualForwardBuffers& b, RowGeometry g,
-                                double eps) {
-  return WithForwardArgs(b, g, eps, [&](const auto& a) {
-    return a.residual ? LaunchFastForward<1, 1, true>(stream, plan, a)
-                      : LaunchFastForward<1, 1, false>(stream, plan, a);
-  });
-}
 
 // 16-bit rows, a row a 1024-thread block with its weight loaded late.
 ffi::Error LaunchWideRowsForward(cudaStream_t stream, const Plan& plan,

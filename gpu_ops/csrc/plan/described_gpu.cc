@@ -8,10 +8,8 @@ namespace {
 // The most registers a thread of each kernel may use: the caps that their
 // __launch_bounds__ and __maxnreg__ set (rms_norm_fast.cu,
 // rms_norm_short_rows.cu, rms_norm_column_slices.cu), the same for every dtype.
-// The few-rows forward's 32 is what 2,048 threads an SM leave each of them.
 int RegisterCap(Kernel kernel) {
   switch (kernel) {
-    case Kernel::kFewRowsForward: return 32;
     case Kernel::kColumnSlices: return 65536 / kColumnSliceThreads;
     case Kernel::kShortRowsBackward:
       return 65536 / (kShortRowsThreads * kShortRowsBackwardBlocks);

@@ -61,34 +61,6 @@ int RingBytes(const Shape& shape, int words) {
 constexpr const char* kOneDType =
     "x is 16-bit and the weight float32, which its kernels do not take";
 
-// The forward of few rows: where the GPU holds a block for every row at
-// once, with a thread for every 16-byte vector of it, a block takes one row
-// and a thread one vector. The op is then a single wave of short blocks,
-// whose time is mostly the latency of loading a row, adding it up and
-// storing it, and more threads a row with fewer rows a block shorten that.
-// Rows of more than 512 vectors keep the other shapes: blocks of 1024
-// threads won for some of them and lost for others.
-std::optional<Plan> FewRows(const Problem& p, const DeviceModel& device,
-                            PathSet without, Refusals* refused) {
-  const int64_t row_vectors = RowVectors(p);
-  if (Contains(without, Path::kFewRows)) return Refuse(refused, Path::kFewRows, kLeftOut);
-  if (row_vectors > kTeamBlockThreads) {
-    return Refuse(refused, Path::kFewRows, "a row has more than 512 vectors of 16 bytes");
-  }
-  const int team = static_cast<int>(CeilDiv(row_vectors, kWarpSize)) * kWarpSize;
-  const Shape one_vector{1, team, 1, 1};
-  if (p.rows > device.Resident(Kernel::kFewRowsForward, p.dtype,
-                               one_vector, 0)) {
-    return Refuse(refused, Path::kFewRows,
-                  "more rows than the GPU holds blocks of a row at once");
-  }
-  Plan plan;
-  plan.path = Path::kFewRows;
-  plan.shape = one_vector;
-  plan.groups = p.rows;
-  return plan;
-}
-
 // Rows of at most kShortRowValues values, in whole groups of
 // kShortRowLaneValues: a group of lanes of a warp a row (the fewest lanes,
 // from kShortRowsMinLanes, that hold it), so that a block's warps all load
@@ -316,11 +288,10 @@ constexpr const char* kNotFast =
 Plan PlanForward(const Problem& p, const DeviceModel& device, PathSet without,
                  Refusals* refused) {
   if (!Fast(p)) {
-    return General({Path::kShortRows, Path::kFewRows, Path::kWideRows, Path::kBlockRows,
-                    Path::kRowTeams}, kNotFast, refused);
+    return General({Path::kShortRows, Path::kWideRows, Path::kBlockRows, Path::kRowTeams},
+                   kNotFast, refused);
   }
   if (auto plan = ShortRows(p, device, /*forward=*/true, without, refused)) return *plan;
-  if (auto plan = FewRows(p, device, without, refused)) return *plan;
   if (auto plan = RowTeamsForward(p, device, without, refused)) return *plan;
   return Plan{};
 }
@@ -343,7 +314,6 @@ const char* PathName(Path path) {
     case Path::kShortRows: return "short_rows";
     case Path::kColumnSlices: return "column_slices";
     case Path::kRowsAndColumns: return "rows_and_columns";
-    case Path::kFewRows: return "few_rows";
     case Path::kWideRows: return "wide_rows";
     case Path::kBlockRows: return "block_rows";
     case Path::kRowTeams: return "row_teams";

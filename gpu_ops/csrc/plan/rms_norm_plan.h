@@ -16,13 +16,12 @@
 //                 head_dim): a group of 8 to 32 lanes of a warp a row, 8
 //                 values a lane, so a warp holds several rows
 //                 (rms_norm_short_rows.cu);
-//   kFewRows      a block per row and a thread per 16-byte vector, when the
-//                 GPU holds every row's block at once (rms_norm_fast.cu);
 //   kWideRows     16-bit rows of more than 512 vectors (wider than half a
 //                 block), at least as many as SMs: a row a 1024-thread
-//                 block, two blocks an SM;
+//                 block, two blocks an SM (rms_norm_fast.cu, as the next);
 //   kBlockRows    the other rows a block holds: a block takes one or more
-//                 rows, each thread keeping all its loads of them in flight;
+//                 rows (one, where fewer blocks than SMs would run), each
+//                 thread keeping all its loads of them in flight;
 //   kRowTeams     rows over a cluster of up to 8 blocks (Hopper), or more
 //                 rows than a grid has blocks: teams streaming rows through
 //                 shared memory;
@@ -38,12 +37,11 @@
 // beside blocks of column slices of every row for the weight gradient, in
 // one kernel (both in rms_norm_column_slices.cu); kRowTeams (rows a team or
 // cluster holds) and kGeneral, likewise.
-// forward with a residual add (Problem::residual): kFewRows and
-// kBlockRows; kGeneral runs the general kernel with the residual add
-// (rms_norm_general.cu).
+// forward with a residual add (Problem::residual): kBlockRows; kGeneral
+// runs the general kernel with the residual add (rms_norm_general.cu).
 // 16-bit x with a float32 weight (Problem::float32_weight), as a model
 // keeping its weights in float32 has them: the paths for the rows of models,
-// kShortRows, kFewRows, kWideRows, kBlockRows and kColumnSlices, and the
+// kShortRows, kWideRows, kBlockRows and kColumnSlices, and the
 // backward's kRowTeams; the general kernels take longer rows.
 #ifndef GPU_OPS_RMS_NORM_PLAN_H_
 #define GPU_OPS_RMS_NORM_PLAN_H_
@@ -129,7 +127,6 @@ inline int ElementBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; 
 
 // The kernels whose residency a plan depends on.
 enum class Kernel {
-  kFewRowsForward,    // FastForwardKernel<T, 1, 1>
   kRowTeamsForward,   // ClusterForwardKernel<T, vectors, cluster > 1>
   kRowTeamsBackward,  // FastBackwardKernel<T, vectors, cluster > 1>
   kShortRowsBackward,  // ShortRowsBackwardKernel<T, W, lanes>
@@ -164,9 +161,8 @@ struct Problem {
   bool fast_dtypes;
   DType dtype;  // x's
   int64_t num_partials;  // rows of the weight-gradient scratch (backward)
-  // The forward adds a residual to x first: only kFewRows and kBlockRows
-  // have kernels for it, and kGeneral's residual kernel takes the other
-  // rows.
+  // The forward adds a residual to x first: only kBlockRows has kernels
+  // for it, and kGeneral's residual kernel takes the other rows.
   bool residual = false;
   // x is 16-bit and the weight (so the weight gradient, and y and dy unless
   // they take x's dtype) float32: not every path takes that (see above).
@@ -177,7 +173,6 @@ enum class Path {
   kShortRows,
   kColumnSlices,
   kRowsAndColumns,
-  kFewRows,
   kWideRows,
   kBlockRows,
   kRowTeams,
