@@ -62,3 +62,18 @@ def test_a_renamed_copy_builds_and_passes_its_test(tmp_path):
          "print(sorted(_native.targets()['cpu']))"],
         cwd=copy, env=env, capture_output=True, text=True)
     assert targets.stdout.strip() == "['my_first_norm_bwd', 'my_first_norm_fwd']", targets
+
+
+def test_its_ci_builds_and_tests_as_its_readme_says():
+    """The template's own workflow (at the root of a copy) runs the README's
+    two commands, with the JAX its pyproject.toml declares."""
+    readme = README.read_text()
+    commands = re.search(r"## Build and test.*?```bash\n(.*?)```", readme, re.S).group(1)
+    workflow = (ROOT / "template" / ".github" / "workflows" / "test.yml").read_text()
+    runs = re.findall(r"^\s+run: (.*)$", workflow, re.M)
+    for command in commands.strip().splitlines():
+        assert command.strip() in runs, command
+    declared = re.search(r'^dependencies = \[(.*)\]$',
+                         (ROOT / "template" / "pyproject.toml").read_text(), re.M).group(1)
+    jax_range = re.search(r'"(jax[^"]*)"', declared).group(1)
+    assert f'"{jax_range}"' in runs[0]

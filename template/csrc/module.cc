@@ -15,6 +15,9 @@ py::capsule Capsule(Handler* handler) {
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
+  // The FFI API of the headers the handlers were compiled with, which the
+  // package compares with the installed jaxlib's when it is imported.
+  m.attr("ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
   m.def("targets", [] {
     py::dict cpu, targets;
     cpu["my_rms_norm_fwd"] = Capsule(my_ops::MyRmsNormForwardCpu);

@@ -3,11 +3,13 @@
 ``my_rms_norm(x, weight, eps)`` normalises float32 ``x`` over its last axis
 and scales it by ``weight``, with the C++ and CUDA handlers of ``csrc/``.
 Each rule the book teaches is here once: the primitives and their abstract
-evaluation (chapters 2 and 4), the lowering to the FFI call (chapter 3), the
-VJP (chapter 5), the vmap rules (chapter 6) and the partitioning across
-devices (chapter 7).
+evaluation (chapters 2 and 4), the lowering to the FFI call (chapter 3),
+differentiation in both modes (chapter 5), the vmap rules (chapter 6) and
+the partitioning across devices (chapter 7).
 """
 
+import pathlib
+import re
 from functools import partial
 
 import jax
@@ -16,12 +18,37 @@ import numpy as np
 from jax._src import dispatch
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir, xla
+from jax.interpreters import ad, batching, mlir, xla
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from my_ops import _native
 
 __all__ = ["my_rms_norm"]
+
+
+def _installed_ffi_api_version():
+    """(major, minor) of the installed jaxlib's FFI API, from the header it
+    ships; None where it ships none."""
+    header = pathlib.Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
+    if not header.is_file():
+        return None
+    found = [re.search(rf"#define XLA_FFI_API_{part} (\d+)", header.read_text())
+             for part in ("MAJOR", "MINOR")]
+    return tuple(int(m.group(1)) for m in found) if all(found) else None
+
+
+def _check_ffi_api_version(built, installed):
+    """An ImportError where the handlers were built against a newer FFI API
+    than the installed jaxlib's (after an upgrade and a downgrade, say): XLA
+    does not take such handlers, and the error here names the fix."""
+    if installed is not None and tuple(built) > tuple(installed):
+        raise ImportError(
+            f"my_ops was built against XLA FFI API {built[0]}.{built[1]}, newer than the "
+            f"installed jaxlib's {installed[0]}.{installed[1]}: rebuild it against this "
+            "jaxlib (pip install --no-build-isolation .)")
+
+
+_check_ffi_api_version(tuple(_native.ffi_api_version), _installed_ffi_api_version())
 
 for _platform, _targets in _native.targets().items():
     for _name, _capsule in _targets.items():
@@ -67,7 +94,7 @@ def _forward_abstract_eval(x, weight, *, eps):
     return _like(x, x.shape), _like(x, x.shape[:-1])
 
 
-def _backward_abstract_eval(dy, inv_rms, x, weight, *, eps):
+def _backward_abstract_eval(dy, inv_rms, x, weight):
     _check(x, weight, dy=dy, inv_rms=inv_rms)
     return _like(x, x.shape), _like(weight, weight.shape)
 
@@ -84,8 +111,7 @@ def _forward_call(x, weight, eps):
     return jax.ffi.ffi_call("my_rms_norm_fwd", results)(x, weight, eps=np.float64(eps))
 
 
-def _backward_call(dy, inv_rms, x, weight, eps):
-    del eps  # inv_rms has it
+def _backward_call(dy, inv_rms, x, weight):
     results = (jax.ShapeDtypeStruct(x.shape, x.dtype),
                jax.ShapeDtypeStruct(weight.shape, weight.dtype))
     return jax.ffi.ffi_call("my_rms_norm_bwd", results)(dy, inv_rms, x, weight)
@@ -129,17 +155,17 @@ def _forward_partition(eps, mesh, arg_infos, result_infos):
     return mesh, partial(_forward_call, eps=eps), (x, rows), (x, replicated)
 
 
-@partial(custom_partitioning, static_argnums=(4,))
-def _backward(dy, inv_rms, x, weight, eps):
-    return _backward_call(dy, inv_rms, x, weight, eps)
+@custom_partitioning
+def _backward(dy, inv_rms, x, weight):
+    return _backward_call(dy, inv_rms, x, weight)
 
 
-def _backward_partition(eps, mesh, arg_infos, result_infos):
+def _backward_partition(mesh, arg_infos, result_infos):
     del result_infos
     x, rows, replicated, row_axes = _shardings(mesh, arg_infos[2])
 
     def per_device(dy, inv_rms, x, weight):
-        dx, dweight = _backward_call(dy, inv_rms, x, weight, eps)
+        dx, dweight = _backward_call(dy, inv_rms, x, weight)
         # each device summed its own rows; the weight gradient sums them all
         return dx, jax.lax.psum(dweight, row_axes) if row_axes else dweight
 
@@ -149,16 +175,17 @@ def _backward_partition(eps, mesh, arg_infos, result_infos):
 _forward.def_partition(partition=_forward_partition,
                        sharding_rule=lambda eps, mesh, ops, res: _rule(len(ops[0].shape)))
 _backward.def_partition(partition=_backward_partition,
-                        sharding_rule=lambda eps, mesh, ops, res: _rule(len(ops[2].shape), True))
+                        sharding_rule=lambda mesh, ops, res: _rule(len(ops[2].shape), True))
 
 
 def _lowering(partitioned, call):
     """Lower through `partitioned`; inside shard_map, where the operands are
     one device's shards already, straight to the FFI `call`."""
-    def lowering(ctx, *operands, eps):
+    def lowering(ctx, *operands, **params):  # (the forward's eps)
         manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
         fn = call if manual else partitioned
-        return mlir.lower_fun(lambda *args: fn(*args, eps), multiple_results=True)(ctx, *operands)
+        return mlir.lower_fun(lambda *args: fn(*args, *params.values()),
+                              multiple_results=True)(ctx, *operands)
     return lowering
 
 
@@ -196,31 +223,83 @@ batching.primitive_batchers[forward_p] = _forward_batching
 batching.primitive_batchers[backward_p] = partial(_per_example, backward_p)
 
 
-# The VJP: the forward keeps inv_rms for the backward kernel.
+# Differentiation, forward and reverse, as rules on the primitives. The
+# forward's JVP gives y's tangent from tangent_p, which is linear in the
+# tangents (dx, dweight), and inv_rms's in jax.numpy. Reverse mode
+# transposes tangent_p, and its transpose is the backward kernel. Second
+# derivatives (jax.hessian) differentiate tangent_p and backward_p: their
+# JVPs are those of the same maths in jax.numpy, beside the kernels'
+# values.
 
-@partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _differentiable(x, weight, eps):
-    return forward_p.bind(x, weight, eps=eps)[0]
+def _mean(a):
+    return jnp.mean(a, axis=-1, keepdims=True)
 
 
-def _vjp_forward(x, weight, eps):
+def _tangent_maths(dx, dweight, inv_rms, x, weight):
+    """y's tangent: inv (w dx - x inv^2 mean(x dx) w) + x inv dweight."""
+    inv = inv_rms[..., None]
+    return inv * weight * (dx - x * inv * inv * _mean(x * dx)) + x * inv * dweight
+
+
+def _backward_maths(dy, inv_rms, x, weight):
+    """What the backward kernels compute, in jax.numpy (for their JVP)."""
+    inv = inv_rms[..., None]
+    dx = inv * (dy * weight - x * inv * inv * _mean(dy * weight * x))
+    rows = tuple(range(x.ndim - 1))
+    return dx, jnp.sum(dy * x * inv, axis=rows)
+
+
+def _tangent_abstract_eval(dx, dweight, inv_rms, x, weight):
+    _check(x, weight, dx=dx, inv_rms=inv_rms)
+    _check(x, dweight)
+    return _like(x, x.shape)
+
+
+tangent_p = Primitive("my_rms_norm_tangent")
+tangent_p.def_impl(partial(xla.apply_primitive, tangent_p))
+tangent_p.def_abstract_eval(_tangent_abstract_eval)
+mlir.register_lowering(tangent_p, mlir.lower_fun(_tangent_maths, multiple_results=False))
+
+
+def _forward_jvp(primals, tangents, *, eps):
+    x, weight = primals
+    dx, dweight = (ad.instantiate_zeros(t) for t in tangents)
     y, inv_rms = forward_p.bind(x, weight, eps=eps)
-    return y, (inv_rms, x, weight)
+    dy = tangent_p.bind(dx, dweight, inv_rms, x, weight)
+    d_inv_rms = -(inv_rms ** 3) * jnp.mean(x * dx, axis=-1)
+    return (y, inv_rms), (dy, d_inv_rms)
 
 
-def _vjp_backward(eps, residuals, dy):
-    inv_rms, x, weight = residuals
-    return tuple(backward_p.bind(dy, inv_rms, x, weight, eps=eps))
+def _tangent_transpose(cotangent, dx, dweight, inv_rms, x, weight):
+    # Only the tangents are linear; inv_rms, x and weight are known here.
+    ct_dx, ct_dweight = backward_p.bind(ad.instantiate_zeros(cotangent), inv_rms, x, weight)
+    return (ct_dx if ad.is_undefined_primal(dx) else None,
+            ct_dweight if ad.is_undefined_primal(dweight) else None, None, None, None)
 
 
-_differentiable.defvjp(_vjp_forward, _vjp_backward)
+def _maths_jvp(maths, primitive):
+    """The JVP of a primitive (of no parameters) that computes `maths`: its
+    own values, and the tangents of the same maths in jax.numpy."""
+    def jvp(primals, tangents):
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
+        _, out_tangents = jax.jvp(maths, tuple(primals), tuple(tangents))
+        return primitive.bind(*primals), out_tangents
+    return jvp
+
+
+ad.primitive_jvps[forward_p] = _forward_jvp
+ad.primitive_transposes[tangent_p] = _tangent_transpose
+ad.primitive_jvps[tangent_p] = _maths_jvp(_tangent_maths, tangent_p)
+ad.primitive_jvps[backward_p] = _maths_jvp(_backward_maths, backward_p)
+batching.primitive_batchers[tangent_p] = lambda args, dims: (
+    jax.vmap(_tangent_maths, in_axes=dims)(*args), 0)
 
 
 def _vary_alike(x, weight):
     """x and the weight, each made to vary along the mesh axes the other
     varies along. Inside ``shard_map`` an operand the in_specs replicate (the
     weight, beside rows split over devices) is the same on every device; the
-    custom VJP's weight gradient is then per device, and only this cast to
+    backward kernel's weight gradient is then per device, and only this cast to
     varying (``jax.lax.pcast``, free at run time) makes grad sum it over the
     devices: its transpose is that sum. Without it the weight gradient is
     silently one device's. Outside ``shard_map`` nothing varies: no cast."""
@@ -232,10 +311,11 @@ def _vary_alike(x, weight):
 
 def my_rms_norm(x, weight, eps=1e-5):
     """``x / sqrt(mean(x**2, axis=-1) + eps) * weight`` for float32 ``x`` and a
-    float32 ``weight`` as long as x's last axis; works under jit, grad, vmap,
-    with x's rows sharded across devices, and inside shard_map."""
+    float32 ``weight`` as long as x's last axis; works under jit, grad,
+    jvp (and so hessian), vmap, with x's rows sharded across devices, inside
+    shard_map, and in jax.export (README.md says how for sharded calls)."""
     x, weight = jnp.asarray(x), jnp.asarray(weight)
     _check(jax.typeof(x), jax.typeof(weight))
     if not isinstance(eps, (int, float)) or not 0 <= eps < float("inf"):
         raise ValueError(f"my_rms_norm: eps must be a finite number >= 0, got {eps!r}")
-    return _differentiable(*_vary_alike(x, weight), float(eps))
+    return forward_p.bind(*_vary_alike(x, weight), eps=float(eps))[0]

@@ -1,5 +1,6 @@
-"""my_rms_norm against a float64 reference: forward, gradients, vmap, rows
-split across two devices, grad inside shard_map, and bad input."""
+"""my_rms_norm against a float64 reference: forward, gradients, forward mode
+and second derivatives, vmap, rows split across two devices, grad inside
+shard_map, export, and bad input."""
 
 import os
 
@@ -72,13 +73,43 @@ def test_rows_split_across_devices_stay_split():
     np.testing.assert_allclose(dweight, want[1], rtol=1e-5, atol=1e-5)
 
 
-def float64_grads(x, weight, dy, eps=1e-5):
-    """(dx, dweight) of loss(my_rms_norm) in float64 jnp."""
+def in_jnp(x, weight, eps=1e-5):
+    return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps) * weight
+
+
+def in_float64(fn, *args):
+    """fn(*args) with every array argument in float64, in float64 jnp."""
     with jax.enable_x64(True):
-        x64, w64, dy64 = (jnp.asarray(a, jnp.float64) for a in (x, weight, dy))
-        in_jnp = lambda x, w: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps) * w
-        return tuple(np.asarray(g) for g in
-                     jax.grad(loss(in_jnp), argnums=(0, 1))(x64, w64, dy64))
+        return jax.tree.map(np.asarray, fn(*(jnp.asarray(a, jnp.float64) for a in args)))
+
+
+def float64_grads(x, weight, dy):
+    """(dx, dweight) of loss(my_rms_norm) in float64 jnp."""
+    return in_float64(jax.grad(loss(in_jnp), argnums=(0, 1)), x, weight, dy)
+
+
+def assert_trees_close(got, want, tolerance):
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=tolerance, atol=tolerance)
+
+
+def test_forward_mode_and_second_derivatives_are_the_references():
+    x, weight, tx = inputs((3, 16), seed=1)
+    _, tw, _ = inputs((16,), seed=2)
+    tangents = lambda norm: lambda x, w, tx, tw: jax.jvp(norm, (x, w), (tx, tw))
+    assert_trees_close(jax.jit(tangents(my_rms_norm))(x, weight, tx, tw),
+                       in_float64(tangents(in_jnp), x, weight, tx, tw), 1e-4)
+    # a batch of tangents, and the same in reverse over forward and forward
+    # over reverse (jax.hessian)
+    many = jax.vmap(tangents(my_rms_norm), in_axes=(None, None, 0, None))
+    assert_trees_close(jax.jit(many)(x, weight, jnp.stack([tx, 2 * tx]), tw),
+                       in_float64(jax.vmap(tangents(in_jnp), in_axes=(None, None, 0, None)),
+                                  x, weight, jnp.stack([tx, 2 * tx]), tw), 1e-4)
+    scalar = lambda norm: lambda x, w: jnp.sum(norm(x, w) ** 2 * w)
+    for second in (jax.hessian, lambda f, argnums: jax.jacrev(jax.jacfwd(f, argnums), argnums)):
+        assert_trees_close(jax.jit(second(scalar(my_rms_norm), argnums=(0, 1)))(x, weight),
+                           in_float64(second(scalar(in_jnp), argnums=(0, 1)), x, weight),
+                           2e-3)
 
 
 def test_grad_inside_shard_map_sums_the_replicated_weights_gradient():
@@ -112,4 +143,43 @@ def test_a_misused_primitive_fails_where_it_is_traced():
     with pytest.raises(TypeError, match="weight must be float32"):
         jax.eval_shape(lambda x, w: forward_p.bind(x, w, eps=1e-5), x, weight.astype(jnp.int32))
     with pytest.raises(ValueError, match="inv_rms must have shape"):
-        jax.eval_shape(lambda dy, x, w: backward_p.bind(dy, x, x, w, eps=1e-5), dy, x, weight)
+        jax.eval_shape(lambda dy, x, w: backward_p.bind(dy, x, x, w), dy, x, weight)
+
+
+def test_export_on_one_device_and_sharded_through_shard_map():
+    from jax import export
+
+    checks = [export.DisabledSafetyCheck.custom_call("my_rms_norm_fwd")]
+    x, weight, _ = inputs((8, 64), seed=4)
+    exported = export.export(jax.jit(my_rms_norm), platforms=["cpu", "cuda"],
+                             disabled_checks=checks)(x, weight)
+    restored = export.deserialize(exported.serialize())
+    np.testing.assert_allclose(restored.call(x, weight), reference(x, weight),
+                               rtol=1e-5, atol=1e-6)
+    # With rows split over devices, jit partitions the op through a Python
+    # callback (custom_partitioning), which an exported artifact cannot
+    # carry. Inside shard_map the op is one device's call, and that exports.
+    devices = jax.devices() if len(jax.devices()) >= 2 else jax.devices("cpu")
+    mesh = jax.make_mesh((2,), ("rows",), axis_types=(AxisType.Explicit,), devices=devices[:2])
+    split, whole = NamedSharding(mesh, P("rows")), NamedSharding(mesh, P())
+    types = (jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=split),
+             jax.ShapeDtypeStruct(weight.shape, weight.dtype, sharding=whole))
+    with pytest.raises(NotImplementedError, match="serialization of host_callbacks"):
+        export.export(jax.jit(my_rms_norm), disabled_checks=checks)(*types).serialize()
+    per_device = jax.shard_map(my_rms_norm, mesh=mesh, in_specs=(P("rows"), P()),
+                               out_specs=P("rows"))
+    exported = export.export(jax.jit(per_device), disabled_checks=checks)(*types)
+    restored = export.deserialize(exported.serialize())
+    with jax.set_mesh(mesh):
+        y = restored.call(jax.device_put(x, split), jax.device_put(weight, whole))
+    np.testing.assert_allclose(y, reference(x, weight), rtol=1e-5, atol=1e-6)
+
+
+def test_handlers_of_a_newer_ffi_api_than_jaxlibs_are_refused_at_import():
+    import my_ops
+
+    installed = my_ops._installed_ffi_api_version()
+    assert installed is not None and tuple(my_ops._native.ffi_api_version) <= installed
+    my_ops._check_ffi_api_version(installed, installed)
+    with pytest.raises(ImportError, match="rebuild it against this jaxlib"):
+        my_ops._check_ffi_api_version((installed[0], installed[1] + 1), installed)
