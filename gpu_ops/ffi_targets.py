@@ -39,9 +39,10 @@ def installed_ffi_api_version():
 def check_ffi_api_version(built, installed):
     """ImportError if handlers built against FFI API `built` would be refused.
 
-    XLA accepts handlers of its own FFI API version or older. It checks when a
-    backend starts, and a refused handler stops the backend from starting:
-    every JAX computation in the process would fail, not only gpu_ops'.
+    XLA accepts handlers of its own FFI API version or older. A newer one,
+    registered before the backend starts, fails the backend's start (the
+    process's first computation); registered after, the registration. Each
+    call then fails with "No FFI handler registered", which names no cause.
     """
     if installed is None or tuple(built) <= tuple(installed):
         return

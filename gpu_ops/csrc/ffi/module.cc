@@ -224,7 +224,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("cuda_compiled") = false;
 #endif
   // The FFI API of the headers the handlers were compiled with: XLA refuses
-  // handlers newer than itself, and then JAX cannot start its backends.
+  // handlers newer than itself (gpu_ops/ffi_targets.py says how).
   m.attr("ffi_api_version") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
   // The scratch sizes' parts that do not depend on the number of rows, so
   // that the lowering can size the scratch for a symbolic number of rows.
