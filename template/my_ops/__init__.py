@@ -84,7 +84,7 @@ def _check(x, weight, **others):
         raise ValueError(f"my_rms_norm: weight must have shape (x.shape[-1],), got x "
                          f"{x.shape} and weight {weight.shape}")
     for name, aval in others.items():
-        want = x.shape[:-1] if name == "inv_rms" else x.shape
+        want = {"inv_rms": x.shape[:-1], "dweight": weight.shape}.get(name, x.shape)
         if aval.shape != want:
             raise ValueError(f"my_rms_norm: {name} must have shape {want}, got {aval.shape}")
 
@@ -250,8 +250,7 @@ def _backward_maths(dy, inv_rms, x, weight):
 
 
 def _tangent_abstract_eval(dx, dweight, inv_rms, x, weight):
-    _check(x, weight, dx=dx, inv_rms=inv_rms)
-    _check(x, dweight)
+    _check(x, weight, dx=dx, dweight=dweight, inv_rms=inv_rms)
     return _like(x, x.shape)
 
 
