@@ -1,11 +1,13 @@
 """Kernel changes land with their GPU run: the CUDA kernels and the planner
 as they are in this commit passed the GPU sweep, the property test and
-compute-sanitizer (initcheck and memcheck) on a GPU, as results/gpu/ records.
+compute-sanitizer (initcheck and memcheck) on a GPU, and the template's
+handlers its own test and compute-sanitizer, as results/gpu/ records.
 
 CI has no GPU, so this test reads the clone's git history: the last commit
-that changed gpu_ops/csrc/kernels/ or gpu_ops/csrc/plan/ must be the commit
-of those checks or one before it. tools/gpu_checks.sh runs them and
-tools/gpu_checks_summary.py records them (shared/GPU.md says how).
+that changed the code (gpu_ops/csrc/kernels/ or gpu_ops/csrc/plan/;
+template/csrc/) must be the commit of its checks or one before it.
+tools/gpu_checks.sh runs them and tools/gpu_checks_summary.py records them
+(shared/GPU.md says how).
 """
 
 import json
@@ -16,9 +18,14 @@ import pytest
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPOSITORY / "results" / "gpu"
-KERNEL_CODE = ("gpu_ops/csrc/kernels", "gpu_ops/csrc/plan")
-# The checks that speak for the kernels, and what each must show.
-REQUIRED = ("sweep", "sweep (plans without clusters)", "property test", "compute-sanitizer")
+# The CUDA code CI cannot run, and the checks on a GPU that speak for it.
+EVIDENCE = {
+    "kernels": (("gpu_ops/csrc/kernels", "gpu_ops/csrc/plan"),
+                ("sweep", "sweep (plans without clusters)", "property test", "compute-sanitizer")),
+    "template": (("template/csrc",), ("template", "template compute-sanitizer")),
+}
+KERNEL_CODE, REQUIRED = EVIDENCE["kernels"]
+# What a compute-sanitizer check must have run, with no error.
 SANITIZERS = ("initcheck", "memcheck")
 
 
@@ -26,19 +33,20 @@ def git(*args):
     return subprocess.run(["git", *args], cwd=REPOSITORY, capture_output=True, text=True)
 
 
-def last_kernel_change():
-    """The last commit that changed the kernels or the planner; fails with
-    the reason where the clone has no history to read it from."""
+def last_change(code=KERNEL_CODE):
+    """The last commit that changed `code` (the kernels and the planner by
+    default); fails with the reason where the clone has no history to read
+    it from."""
     if git("rev-parse", "--git-dir").returncode != 0:
         pytest.fail("this checkout is no git clone: the GPU evidence check reads the "
                     "history of gpu_ops/csrc/ (clone the repository to run it)")
     if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
         pytest.fail("this clone is shallow: the GPU evidence check reads the history of "
                     "gpu_ops/csrc/ (git fetch --unshallow)")
-    found = git("log", "-1", "--format=%H", "--", *KERNEL_CODE)
+    found = git("log", "-1", "--format=%H", "--", *code)
     assert found.returncode == 0, found.stderr
     if not found.stdout.strip():
-        pytest.fail("git log finds no commit that changed gpu_ops/csrc/kernels or plan")
+        pytest.fail(f"git log finds no commit that changed {' or '.join(code)}")
     return found.stdout.strip()
 
 
@@ -46,7 +54,7 @@ def passed(check):
     """Whether a recorded check ran to its end without a failure: of the
     sweep, of any of its cases on the GPU (its other tests check the
     generator, and run in CI)."""
-    if check["check"] == "compute-sanitizer":
+    if "tools" in check:  # compute-sanitizer's
         tools = check.get("tools", {})
         return all(tools.get(tool, {}).get("errors") == 0
                    and tools.get(tool, {}).get("exit_status") == 0 for tool in SANITIZERS)
@@ -62,34 +70,36 @@ def covers(commit, kernel_change):
     return git("merge-base", "--is-ancestor", kernel_change, commit).returncode == 0
 
 
-def evidence(kernel_change):
+def evidence(change, required=REQUIRED):
     """{results file: {check: (commit, passed, covers)}} of the required checks."""
     found = {}
     for path in sorted(RESULTS.glob("*.json")):
         checks = json.loads(path.read_text())["checks"]
-        found[path.name] = {c["check"]: (c["commit"], passed(c), covers(c["commit"], kernel_change))
-                            for c in checks if c["check"] in REQUIRED}
+        found[path.name] = {c["check"]: (c["commit"], passed(c), covers(c["commit"], change))
+                            for c in checks if c["check"] in required}
     return found
 
 
-def test_the_kernels_of_this_commit_passed_their_gpu_checks():
-    kernel_change = last_kernel_change()
-    found = evidence(kernel_change)
+@pytest.mark.parametrize("code", EVIDENCE)
+def test_the_cuda_code_of_this_commit_passed_its_gpu_checks(code):
+    paths, required = EVIDENCE[code]
+    change = last_change(paths)
+    found = evidence(change, required)
     complete = [name for name, checks in found.items()
                 if all(checks.get(check, ("", False, False))[1:] == (True, True)
-                       for check in REQUIRED)]
+                       for check in required)]
     assert complete, (
-        f"gpu_ops/csrc/kernels or plan changed at {kernel_change[:10]}, and no file in "
-        f"results/gpu/ has {', '.join(REQUIRED)} passed at that commit or later (found: "
+        f"{' or '.join(paths)} changed at {change[:10]}, and no file in "
+        f"results/gpu/ has {', '.join(required)} passed at that commit or later (found: "
         + "; ".join(f"{name}: " + ", ".join(
             f"{check} at {commit[:10]} {'passed' if ok else 'FAILED'}"
             f"{'' if after else ' (before the change)'}"
             for check, (commit, ok, after) in checks.items()) for name, checks in found.items())
-        + "): run tools/gpu_checks.sh on a GPU at this commit, or leave the kernels as they were")
+        + "): run tools/gpu_checks.sh on a GPU at this commit, or leave the code as it was")
 
 
 def test_a_check_before_the_change_or_failed_does_not_count():
-    kernel_change = last_kernel_change()
+    kernel_change = last_change()
     first = git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
     assert covers(kernel_change, kernel_change)
     assert not covers(first, kernel_change) or first == kernel_change

@@ -4,15 +4,16 @@
 # (tests/test_gpu_sweep.py, with this GPU's plans and with those of a GPU
 # without clusters); the property test; the whole test suite on the GPU;
 # every chapter under nbval; compute-sanitizer over a subset of the sweep;
-# and whether XLA runs the float8 norm's matmul as a float8 matmul
-# (tools/fp8_matmul_hlo.py).
+# whether XLA runs the float8 norm's matmul as a float8 matmul
+# (tools/fp8_matmul_hlo.py); and the template as a reader builds it.
 # Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
 # It writes OUTDIR/summary.json (tools/gpu_checks_summary.py) beside the logs.
 # To split a run over calls of limited length (on one machine, which keeps
 # the build): GPU_CHECKS_STEPS chooses among "sweep" (the build and the
 # sweep), "properties" (the property test), "tests" (the build and the rest
-# of the test suite), "chapters", "sanitizers", "fp8" and "sharding" (the
-# collectives XLA compiles for a mesh of the machine's GPUs,
+# of the test suite), "chapters", "sanitizers", "fp8", "template" (the
+# template's test on this GPU and its handlers under compute-sanitizer) and
+# "sharding" (the collectives XLA compiles for a mesh of the machine's GPUs,
 # tools/sharding_hlo.py; default: all in that order, "sharding" only where
 # there are several GPUs), and GPU_CHECKS_SANITIZERS="memcheck racecheck"
 # runs only those tools (default: all four; the sanitizer log is appended
@@ -47,7 +48,7 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-default_steps="sweep properties tests chapters sanitizers fp8"
+default_steps="sweep properties tests chapters sanitizers fp8 template"
 if [ "$(nvidia-smi --list-gpus | wc -l)" -gt 1 ]; then
   default_steps+=" sharding"
   # tests/test_processes.py: one process per GPU under jax.distributed
@@ -55,6 +56,7 @@ if [ "$(nvidia-smi --list-gpus | wc -l)" -gt 1 ]; then
 fi
 steps=" ${GPU_CHECKS_STEPS:-$default_steps} "
 sweep_status=0 properties_status=0 tests_status=0 chapters_status=0 sanitizer_status=0
+template_status=0
 clean=${GPU_CHECKS_CLEAN:-1}
 # Each test's result on a line of its own, so that a run cut off by a time
 # limit still names the tests that failed (gpu_checks_summary.py reads
@@ -150,6 +152,32 @@ if [[ $steps == *" fp8 "* ]]; then
   python3 tools/fp8_matmul_hlo.py --out "$out/fp8_matmul.json" 2>&1 | tee "$out/fp8_matmul.log"
   fp8_status=${PIPESTATUS[0]}
 fi
+template_status=0
+if [[ $steps == *" template "* ]]; then
+  # The template as a reader uses it: a renamed copy built with nvcc and its
+  # own tests, here on this GPU (tests/test_template.py). Then its handlers,
+  # built as its README says, under memcheck and initcheck through its test
+  # of every dtype and shape.
+  python3 -m pytest -q -p no:cacheprovider $verbose tests/test_template.py 2>&1 |
+    tee "$out/template.log"
+  template_status=${PIPESTATUS[0]}
+  site=$(mktemp -d)
+  python3 -m pip install -q --no-build-isolation --no-deps --target "$site" \
+      -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" ./template ||
+    template_status=1
+  for tool in memcheck initcheck; do
+    filter=(--kernel-name kns=my_ops)
+    [ "$tool" = initcheck ] && filter=()
+    echo "== compute-sanitizer --tool $tool ${filter[*]}" | tee -a "$out/template_sanitizer.log"
+    (cd template && PYTHONPATH=$site compute-sanitizer --tool "$tool" --error-exitcode 99 \
+       "${filter[@]}" python3 -P -m pytest -q -p no:cacheprovider tests \
+       -k test_forward_and_gradients_are_the_references) 2>&1 |
+      tee -a "$out/template_sanitizer.log"
+    status=${PIPESTATUS[0]}
+    echo "== $tool exit status: $status" | tee -a "$out/template_sanitizer.log"
+    [ "$status" = 0 ] || template_status=1
+  done
+fi
 sharding_status=0
 if [[ $steps == *" sharding "* ]]; then
   python3 tools/sharding_hlo.py "$out/sharding_hlo.json" 2>&1 | tee "$out/sharding_hlo.log"
@@ -160,6 +188,6 @@ fi
 python3 tools/gpu_checks_summary.py --out "$out/summary.json" "$out"
 echo "sweep: $sweep_status, properties: $properties_status, tests: $tests_status," \
   "chapters: $chapters_status, sanitizer: $sanitizer_status," \
-  "fp8 matmul check: $fp8_status, sharding: $sharding_status"
+  "fp8 matmul check: $fp8_status, sharding: $sharding_status, template: $template_status"
 exit $(( sweep_status || properties_status || tests_status || chapters_status ||
-         sanitizer_status || fp8_status || sharding_status ))
+         sanitizer_status || fp8_status || sharding_status || template_status ))

@@ -9,7 +9,7 @@ the logs of the steps it ran. The summary keeps what a reader needs and no
 log: the machine (from the last run), and for every step of every run its
 commit, date, JAX version, test selection and processes, its counts (passed, failed,
 skipped, ...), the names of failed tests, compute-sanitizer's error counts
-per tool, whether XLA ran the float8 norm's matmul as a float8 matmul, and
+per tool, the template's test and its compute-sanitizer counts, whether XLA ran the float8 norm's matmul as a float8 matmul, and
 the collectives XLA compiled for a mesh of the machine's GPUs. With
 --update, the checks already in the --out file stay where the new runs do
 not redo them (a check is the same where its kind and test selection are):
@@ -135,6 +135,11 @@ def run_summary(outdir):
         checks.append({"check": "chapters (nbval)", **common, **pytest_counts(log.read_text())})
     if (log := outdir / "compute_sanitizer.log").exists():
         checks.append({"check": "compute-sanitizer", **common,
+                       "tools": sanitizer_counts(log.read_text())})
+    if (log := outdir / "template.log").exists():
+        checks.append({"check": "template", **common, **pytest_counts(log.read_text())})
+    if (log := outdir / "template_sanitizer.log").exists():
+        checks.append({"check": "template compute-sanitizer", **common,
                        "tools": sanitizer_counts(log.read_text())})
     if (found := outdir / "fp8_matmul.json").exists():
         record = json.loads(found.read_text())

@@ -1,7 +1,8 @@
 """my_rms_norm: a custom JAX operation, from the book's template (README.md).
 
-``my_rms_norm(x, weight, eps)`` normalises float32 ``x`` over its last axis
-and scales it by ``weight``, with the C++ and CUDA handlers of ``csrc/``.
+``my_rms_norm(x, weight, eps)`` normalises ``x`` (float16, bfloat16 or
+float32) over its last axis and scales it by ``weight``, of x's dtype, with
+the C++ and CUDA handlers of ``csrc/``, which sum in float32 or wider.
 Each rule the book teaches is here once: the primitives and their abstract
 evaluation (chapters 2 and 4), the lowering to the FFI call (chapter 3),
 differentiation in both modes (chapter 5), the vmap rules (chapter 6) and
@@ -56,13 +57,19 @@ for _platform, _targets in _native.targets().items():
 
 
 # Primitives and abstract evaluation: forward (x, weight) -> (y, inv_rms);
-# backward (dy, inv_rms, x, weight) -> (dx, dweight).
+# backward (dy, inv_rms, x, weight) -> (dx, dweight). inv_rms is float32,
+# every other array x's dtype: one of DTYPES, which the handlers dispatch on.
 
-def _like(aval, shape):
-    """A float32 result of `shape`, typed like the operand `aval` otherwise
-    (its mesh axes too, cut to `shape`'s leading axes)."""
+DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32)
+
+
+def _like(aval, shape, dtype=None):
+    """A result of `shape` and `dtype` (aval's by default), typed like the
+    operand `aval` otherwise (its mesh axes too, cut to `shape`'s leading
+    axes)."""
     sharding = aval.sharding.update(spec=tuple(aval.sharding.spec)[: len(shape)])
-    return aval.update(shape=shape, dtype=jnp.float32, weak_type=False, sharding=sharding)
+    return aval.update(shape=shape, dtype=dtype or aval.dtype, weak_type=False,
+                       sharding=sharding)
 
 
 def _primitive(name, abstract_eval):
@@ -77,9 +84,13 @@ def _check(x, weight, **others):
     """The operands a primitive takes, checked as the handlers check them, so
     that a misuse (a bind with other shapes or dtypes) fails where it is
     traced, naming the operand, and not in XLA at run time."""
-    for name, aval in {"x": x, "weight": weight, **others}.items():
-        if aval.dtype != jnp.float32:
-            raise TypeError(f"my_rms_norm: {name} must be float32, got {aval.dtype}")
+    if x.dtype not in DTYPES:
+        raise TypeError(f"my_rms_norm: x must be float16, bfloat16 or float32, got {x.dtype}")
+    for name, aval in {"weight": weight, **others}.items():
+        want = jnp.float32 if name == "inv_rms" else x.dtype
+        if aval.dtype != want:
+            raise TypeError(f"my_rms_norm: {name} must be {jnp.dtype(want).name} "
+                            f"(as x is {x.dtype}), got {aval.dtype}")
     if x.ndim == 0 or weight.shape != x.shape[-1:]:
         raise ValueError(f"my_rms_norm: weight must have shape (x.shape[-1],), got x "
                          f"{x.shape} and weight {weight.shape}")
@@ -91,7 +102,7 @@ def _check(x, weight, **others):
 
 def _forward_abstract_eval(x, weight, *, eps):
     _check(x, weight)
-    return _like(x, x.shape), _like(x, x.shape[:-1])
+    return _like(x, x.shape), _like(x, x.shape[:-1], jnp.float32)
 
 
 def _backward_abstract_eval(dy, inv_rms, x, weight):
@@ -107,7 +118,8 @@ backward_p = _primitive("my_rms_norm_bwd", _backward_abstract_eval)
 # a custom_partitioning function that says how to split it across devices.
 
 def _forward_call(x, weight, eps):
-    results = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape[:-1], x.dtype))
+    results = (jax.ShapeDtypeStruct(x.shape, x.dtype),
+               jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32))
     return jax.ffi.ffi_call("my_rms_norm_fwd", results)(x, weight, eps=np.float64(eps))
 
 
@@ -229,24 +241,30 @@ batching.primitive_batchers[backward_p] = partial(_per_example, backward_p)
 # transposes tangent_p, and its transpose is the backward kernel. Second
 # derivatives (jax.hessian) differentiate tangent_p and backward_p: their
 # JVPs are those of the same maths in jax.numpy, beside the kernels'
-# values.
+# values. The maths runs in float32, as the kernels do, and returns x's dtype.
 
 def _mean(a):
     return jnp.mean(a, axis=-1, keepdims=True)
 
 
+def _in_float32(*arrays):
+    return [a.astype(jnp.float32) for a in arrays]
+
+
 def _tangent_maths(dx, dweight, inv_rms, x, weight):
     """y's tangent: inv (w dx - x inv^2 mean(x dx) w) + x inv dweight."""
-    inv = inv_rms[..., None]
-    return inv * weight * (dx - x * inv * inv * _mean(x * dx)) + x * inv * dweight
+    dtype, inv = x.dtype, inv_rms[..., None]
+    dx, dweight, x, weight = _in_float32(dx, dweight, x, weight)
+    return (inv * weight * (dx - x * inv * inv * _mean(x * dx)) + x * inv * dweight).astype(dtype)
 
 
 def _backward_maths(dy, inv_rms, x, weight):
     """What the backward kernels compute, in jax.numpy (for their JVP)."""
-    inv = inv_rms[..., None]
+    dtype, inv = x.dtype, inv_rms[..., None]
+    dy, x, weight = _in_float32(dy, x, weight)
     dx = inv * (dy * weight - x * inv * inv * _mean(dy * weight * x))
     rows = tuple(range(x.ndim - 1))
-    return dx, jnp.sum(dy * x * inv, axis=rows)
+    return dx.astype(dtype), jnp.sum(dy * x * inv, axis=rows).astype(dtype)
 
 
 def _tangent_abstract_eval(dx, dweight, inv_rms, x, weight):
@@ -265,7 +283,7 @@ def _forward_jvp(primals, tangents, *, eps):
     dx, dweight = (ad.instantiate_zeros(t) for t in tangents)
     y, inv_rms = forward_p.bind(x, weight, eps=eps)
     dy = tangent_p.bind(dx, dweight, inv_rms, x, weight)
-    d_inv_rms = -(inv_rms ** 3) * jnp.mean(x * dx, axis=-1)
+    d_inv_rms = -(inv_rms ** 3) * jnp.mean(jnp.multiply(*_in_float32(x, dx)), axis=-1)
     return (y, inv_rms), (dy, d_inv_rms)
 
 
@@ -309,10 +327,11 @@ def _vary_alike(x, weight):
 
 
 def my_rms_norm(x, weight, eps=1e-5):
-    """``x / sqrt(mean(x**2, axis=-1) + eps) * weight`` for float32 ``x`` and a
-    float32 ``weight`` as long as x's last axis; works under jit, grad,
-    jvp (and so hessian), vmap, with x's rows sharded across devices, inside
-    shard_map, and in jax.export (README.md says how for sharded calls)."""
+    """``x / sqrt(mean(x**2, axis=-1) + eps) * weight`` for ``x`` of float16,
+    bfloat16 or float32 and a ``weight`` of x's dtype as long as x's last
+    axis, summed in float32; works under jit, grad, jvp (and so hessian),
+    vmap, with x's rows sharded across devices, inside shard_map, and in
+    jax.export (README.md says how for sharded calls)."""
     x, weight = jnp.asarray(x), jnp.asarray(weight)
     _check(jax.typeof(x), jax.typeof(weight))
     if not isinstance(eps, (int, float)) or not 0 <= eps < float("inf"):

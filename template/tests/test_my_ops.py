@@ -21,25 +21,40 @@ def reference(x, weight, eps=1e-5):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
-def inputs(shape, seed=0):
+def inputs(shape, seed=0, dtype=jnp.float32):
     kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
-    x = jax.random.normal(kx, shape, jnp.float32)
-    weight = 1 + 0.3 * jax.random.normal(kw, shape[-1:], jnp.float32)
-    return x, weight, jax.random.normal(kd, shape, jnp.float32)
+    x = jax.random.normal(kx, shape, dtype)
+    weight = (1 + 0.3 * jax.random.normal(kw, shape[-1:])).astype(dtype)
+    return x, weight, jax.random.normal(kd, shape, dtype)
+
+
+# How far from float64 maths on the same inputs each dtype's results may be:
+# a few roundings of the result (sums are float32 in every dtype).
+TOLERANCE = {jnp.float32: 1e-4, jnp.float16: 4e-3, jnp.bfloat16: 3e-2}
 
 
 def loss(norm):
     return lambda x, weight, dy: jnp.vdot(norm(x, weight), dy)
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 5, 300), (0, 8)], ids=str)
-def test_forward_and_gradients_are_the_references(shape):
-    x, weight, dy = inputs(shape)
-    np.testing.assert_allclose(jax.jit(my_rms_norm)(x, weight), reference(x, weight),
-                               rtol=1e-5, atol=1e-6)
+# Rows of no values have no mean: NaN inv_rms, as in the reference, which warns.
+EMPTY_ROWS = pytest.param((3, 0), marks=pytest.mark.filterwarnings(
+    "ignore:Mean of empty slice", "ignore:invalid value encountered"))
+
+
+@pytest.mark.parametrize("dtype", TOLERANCE, ids=lambda t: jnp.dtype(t).name)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 5, 300), (0, 8), EMPTY_ROWS], ids=str)
+def test_forward_and_gradients_are_the_references(shape, dtype):
+    x, weight, dy = inputs(shape, dtype=dtype)
+    y = jax.jit(my_rms_norm)(x, weight)
+    assert y.dtype == dtype
+    tolerance = TOLERANCE[dtype]
+    np.testing.assert_allclose(np.asarray(y, np.float64), reference(x, weight),
+                               rtol=tolerance, atol=tolerance)
     got = jax.jit(jax.grad(loss(my_rms_norm), argnums=(0, 1)))(x, weight, dy)
-    for g, w in zip(got, float64_grads(x, weight, dy)):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    for g, w in zip(got, float64_grads(x, weight, dy), strict=True):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=tolerance, atol=tolerance)
 
 
 @pytest.mark.parametrize("weight_axis", [None, 0])
@@ -128,7 +143,9 @@ def test_grad_inside_shard_map_sums_the_replicated_weights_gradient():
 
 def test_bad_input_is_a_clear_error():
     x, weight, _ = inputs((2, 4))
-    with pytest.raises(TypeError, match="x must be float32"):
+    with pytest.raises(TypeError, match="x must be float16, bfloat16 or float32"):
+        my_rms_norm(x.astype(jnp.int32), weight)
+    with pytest.raises(TypeError, match=r"weight must be float16 \(as x is float16\)"):
         my_rms_norm(x.astype(jnp.float16), weight)
     with pytest.raises(ValueError, match="weight must have shape"):
         my_rms_norm(x, weight[:3])
@@ -140,7 +157,7 @@ def test_a_misused_primitive_fails_where_it_is_traced():
     from my_ops import backward_p, forward_p
 
     x, weight, dy = inputs((2, 4))
-    with pytest.raises(TypeError, match="weight must be float32"):
+    with pytest.raises(TypeError, match=r"weight must be float32 \(as x is float32\)"):
         jax.eval_shape(lambda x, w: forward_p.bind(x, w, eps=1e-5), x, weight.astype(jnp.int32))
     with pytest.raises(ValueError, match="inv_rms must have shape"):
         jax.eval_shape(lambda dy, x, w: backward_p.bind(dy, x, x, w), dy, x, weight)
