@@ -185,7 +185,10 @@ def test_export_on_one_device_and_sharded_through_shard_map():
         export.export(jax.jit(my_rms_norm), disabled_checks=checks)(*types).serialize()
     per_device = jax.shard_map(my_rms_norm, mesh=mesh, in_specs=(P("rows"), P()),
                                out_specs=P("rows"))
-    exported = export.export(jax.jit(per_device), disabled_checks=checks)(*types)
+    # for both platforms: with one GPU the mesh is of CPU devices, and an
+    # export for the default platform alone (the GPU's) would not run there
+    exported = export.export(jax.jit(per_device), platforms=["cpu", "cuda"],
+                             disabled_checks=checks)(*types)
     restored = export.deserialize(exported.serialize())
     with jax.set_mesh(mesh):
         y = restored.call(jax.device_put(x, split), jax.device_put(weight, whole))
