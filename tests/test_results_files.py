@@ -150,8 +150,9 @@ def test_every_gpu_machine_summary_says_what_ran_where():
             assert re.match(r"20\d\d-\d\d-\d\dT", check["date"]), (path, check)
             assert check["check"] in ("tests", "chapters (nbval)", "compute-sanitizer",
                                       "fp8 matmul", "sharding collectives", "sweep",
-                                      "sweep (plans without clusters)", "property test"), path
-            if check["check"] == "compute-sanitizer":
+                                      "sweep (plans without clusters)", "property test",
+                                      "template", "template compute-sanitizer"), path
+            if check["check"].endswith("compute-sanitizer"):
                 assert check["tools"], (path, check)
             elif check["check"] == "sharding collectives":
                 assert check["devices"] > 1 and check["programs"], (path, check)
