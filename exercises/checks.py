@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 YOURS = HERE / "softmax" / "softmax.py"
 SOLUTION = HERE / "solutions" / "softmax" / "softmax.py"
 STEPS = {1: "the handlers and their registration", 2: "the implementation",
-         3: "the lowering", 4: "abstract evaluation", 5: "the VJP", 6: "the vmap rule",
+         3: "the lowering", 4: "abstract evaluation", 5: "the JVP", 6: "the vmap rule",
          7: "the sharding rule"}
 _loads = itertools.count()
 
@@ -163,16 +163,19 @@ def check_abstract_eval(module):
     return "shapes and dtypes right, TypeError and ValueError for bad x, jit gives softmax"
 
 
-def check_vjp(module):
+def check_jvp(module):
     def loss(softmax, x):
         weights = jnp.cos(jnp.arange(x.size, dtype=x.dtype).reshape(x.shape))
         return jnp.sum(softmax(x) * weights)
 
     for name, x in inputs().items():
+        dx = jnp.sin(jnp.arange(x.size, dtype=x.dtype).reshape(x.shape))
+        expected = jax.jvp(jax.nn.softmax, (x,), (dx,))[1]
+        compare(name, jax.jvp(module.softmax, (x,), (dx,))[1], expected, "jvp")
         expected = jax.grad(partial(loss, jax.nn.softmax))(x)
         compare(name, jax.grad(partial(loss, module.softmax))(x), expected, "grad")
         compare(name, jax.jit(jax.grad(partial(loss, module.softmax)))(x), expected, "jit(grad)")
-    return "grad and jit(grad) match jax.nn.softmax's"
+    return "jvp, grad and jit(grad) match jax.nn.softmax's"
 
 
 def check_vmap(module):
@@ -227,7 +230,7 @@ def check_sharding(module):
 
 
 CHECKS = {1: check_handlers, 2: check_implementation, 3: check_lowering,
-          4: check_abstract_eval, 5: check_vjp, 6: check_vmap, 7: check_sharding}
+          4: check_abstract_eval, 5: check_jvp, 6: check_vmap, 7: check_sharding}
 
 
 def verdict(step, module):

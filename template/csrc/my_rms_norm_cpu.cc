@@ -65,36 +65,18 @@ Half Store(float f) {
   return {uint16_t(sign | ((rounded - ((127u - 15u) << 23)) >> 13))};
 }
 
+// The forward, a row at a time.
 template <typename T>
 void ForwardRows(const T* in, const T* w, double eps, int64_t rows, int64_t n, T* out,
                  float* inv_rms) {
   for (int64_t r = 0; r < rows; ++r) {
+    const T* row = in + r * n;
     double squares = 0;
-    for (int64_t j = 0; j < n; ++j) squares += double(Load(in[r * n + j])) * Load(in[r * n + j]);
+    for (int64_t j = 0; j < n; ++j) squares += double(Load(row[j])) * Load(row[j]);
     const float inv = static_cast<float>(1.0 / std::sqrt(squares / n + eps));
     inv_rms[r] = inv;
-    for (int64_t j = 0; j < n; ++j) out[r * n + j] = Store<T>(Load(in[r * n + j]) * inv * Load(w[j]));
+    for (int64_t j = 0; j < n; ++j) out[r * n + j] = Store<T>(Load(row[j]) * inv * Load(w[j]));
   }
-}
-
-template <typename T>
-void BackwardRows(const T* g, const float* inv_rms, const T* in, const T* w, int64_t rows,
-                  int64_t n, T* dx, T* dweight) {
-  std::vector<double> dw(n, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const double inv = inv_rms[r];
-    double mean_gwx = 0;  // mean(dy * weight * x) over the row
-    for (int64_t j = 0; j < n; ++j) {
-      mean_gwx += double(Load(g[r * n + j])) * Load(w[j]) * Load(in[r * n + j]);
-    }
-    mean_gwx /= n;
-    for (int64_t j = 0; j < n; ++j) {
-      const double gi = Load(g[r * n + j]), xi = Load(in[r * n + j]);
-      dx[r * n + j] = Store<T>(static_cast<float>(inv * (gi * Load(w[j]) - xi * inv * inv * mean_gwx)));
-      dw[j] += gi * xi * inv;
-    }
-  }
-  for (int64_t j = 0; j < n; ++j) dweight[j] = Store<T>(static_cast<float>(dw[j]));
 }
 
 ffi::Error Forward(ffi::AnyBuffer x, ffi::AnyBuffer weight, double eps,
@@ -109,6 +91,28 @@ ffi::Error Forward(ffi::AnyBuffer x, ffi::AnyBuffer weight, double eps,
                 y->reinterpret_data<T>(), inv_rms->typed_data());
     return ffi::Error::Success();
   });
+}
+
+// The backward, a row at a time; dweight sums over the rows in double.
+template <typename T>
+void BackwardRows(const T* g, const float* inv_rms, const T* in, const T* w, int64_t rows,
+                  int64_t n, T* dx, T* dweight) {
+  std::vector<double> dw(n, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double inv = inv_rms[r];
+    double mean_gwx = 0;  // mean(dy * weight * x) over the row
+    for (int64_t j = 0; j < n; ++j) {
+      mean_gwx += double(Load(g[r * n + j])) * Load(w[j]) * Load(in[r * n + j]);
+    }
+    mean_gwx /= n;
+    for (int64_t j = 0; j < n; ++j) {
+      const double gi = Load(g[r * n + j]), xi = Load(in[r * n + j]);
+      const double dxi = inv * (gi * Load(w[j]) - xi * inv * inv * mean_gwx);
+      dx[r * n + j] = Store<T>(static_cast<float>(dxi));
+      dw[j] += gi * xi * inv;
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) dweight[j] = Store<T>(static_cast<float>(dw[j]));
 }
 
 ffi::Error Backward(ffi::AnyBuffer dy, ffi::Buffer<ffi::F32> inv_rms, ffi::AnyBuffer x,

@@ -44,6 +44,7 @@ __global__ void ForwardKernel(const T* x, const T* w, T* y, float* inv_rms, int6
   }
 }
 
+// dx: a block per row, as in the forward.
 template <typename T>
 __global__ void DxKernel(const T* dy, const float* inv_rms, const T* x, const T* w, T* dx,
                          int64_t n) {
@@ -56,7 +57,8 @@ __global__ void DxKernel(const T* dy, const float* inv_rms, const T* x, const T*
   const float mean_gwx = BlockSum(gwx) / n, inv = inv_rms[blockIdx.x];
   for (int64_t j = threadIdx.x; j < n; j += kThreads) {
     const float g = static_cast<float>(dy[start + j]), xj = static_cast<float>(x[start + j]);
-    dx[start + j] = static_cast<T>(inv * (g * static_cast<float>(w[j]) - xj * inv * inv * mean_gwx));
+    const float dxj = inv * (g * static_cast<float>(w[j]) - xj * inv * inv * mean_gwx);
+    dx[start + j] = static_cast<T>(dxj);
   }
 }
 

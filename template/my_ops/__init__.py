@@ -294,6 +294,11 @@ def _tangent_transpose(cotangent, dx, dweight, inv_rms, x, weight):
             ct_dweight if ad.is_undefined_primal(dweight) else None, None, None, None)
 
 
+ad.primitive_jvps[forward_p] = _forward_jvp
+ad.primitive_transposes[tangent_p] = _tangent_transpose
+
+
+# Second derivatives differentiate the rules: tangent_p and backward_p.
 def _maths_jvp(maths, primitive):
     """The JVP of a primitive (of no parameters) that computes `maths`: its
     own values, and the tangents of the same maths in jax.numpy."""
@@ -304,8 +309,6 @@ def _maths_jvp(maths, primitive):
     return jvp
 
 
-ad.primitive_jvps[forward_p] = _forward_jvp
-ad.primitive_transposes[tangent_p] = _tangent_transpose
 ad.primitive_jvps[tangent_p] = _maths_jvp(_tangent_maths, tangent_p)
 ad.primitive_jvps[backward_p] = _maths_jvp(_backward_maths, backward_p)
 batching.primitive_batchers[tangent_p] = lambda args, dims: (

@@ -70,26 +70,23 @@ def softmax_abstract_eval(x):
 softmax_p.def_abstract_eval(softmax_abstract_eval)
 
 
-@jax.custom_vjp
+@jax.custom_jvp
 def softmax(x):
     """x's softmax over its last axis."""
     return softmax_p.bind(x)
 
 
-# [step 5] chapter 5: the VJP
-def softmax_fwd(x):
-    """softmax(x), and what the backward needs."""
+# [step 5] chapter 5: the JVP, for forward and reverse mode
+def softmax_jvp(primals, tangents):
+    """softmax(x) by the kernel, and its tangent for x's tangent dx: linear
+    in dx and written in jax.numpy, so that JAX transposes it for grad."""
+    (x,), (dx,) = primals, tangents
     y = softmax_p.bind(x)
-    return y, y
-
-
-def softmax_bwd(y, dy):
-    """The cotangent of x from the residual y and the output's cotangent dy."""
-    return (y * (dy - jnp.sum(dy * y, axis=-1, keepdims=True)),)
+    return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
 # [step 5 end]
 
 
-softmax.defvjp(softmax_fwd, softmax_bwd)
+softmax.defjvp(softmax_jvp)
 
 
 # [step 6] chapter 6: the vmap rule
