@@ -108,7 +108,8 @@ def check_handlers(module):
         return jax.ffi.ffi_call(module.library.name, jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
     # the default device's handler, and on a GPU machine the CPU one too
-    for device in dict.fromkeys([devices_of(module)[0], jax.devices("cpu")[0]]):
+    devices = list(dict.fromkeys([devices_of(module)[0], jax.devices("cpu")[0]]))
+    for device in devices:
         try:
             with jax.default_device(device):
                 values(call, f"the {device.platform.upper()} handler's softmax")
@@ -118,7 +119,14 @@ def check_handlers(module):
             if "TODO" in str(error):
                 raise NotImplementedError("the handler returns its TODO error") from None
             raise Wrong(f"the handler returned an error: {handler_error(error)}") from None
-    return "the handlers give softmax for 5 shapes, large values included"
+    # A CUDA handler that only compiled is not checked: say which it was.
+    if module.library.cuda is None:
+        cuda = "not built: no nvcc"
+    elif any(device.platform == "gpu" for device in devices):
+        cuda = "ran on the GPU"
+    else:
+        cuda = "compiled, not run: no GPU here"
+    return f"the handlers give softmax for 5 shapes, large values included (CUDA handler: {cuda})"
 
 
 def check_implementation(module):

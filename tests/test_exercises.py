@@ -114,6 +114,19 @@ def test_without_nvcc_the_track_runs_on_the_cpu_handler(reader_with_the_solution
     module = checks.load(checks.YOURS)
     assert module.library.cuda is None
     assert all(checks.verdict(step, module)[0] == "correct" for step in STEPS)
+    assert checks.verdict(1, module)[1].endswith("(CUDA handler: not built: no nvcc)")
+
+
+def test_the_handlers_check_says_whether_the_cuda_handler_ran(solution):
+    import jax
+
+    words = checks.verdict(1, solution)[1]
+    if solution.library.cuda is None:
+        assert words.endswith("(CUDA handler: not built: no nvcc)"), words
+    elif jax.default_backend() == "gpu":
+        assert words.endswith("(CUDA handler: ran on the GPU)"), words
+    else:
+        assert words.endswith("(CUDA handler: compiled, not run: no GPU here)"), words
 
 
 def test_a_compile_error_is_reported_with_the_compiler_message(reader_with_the_solution):
