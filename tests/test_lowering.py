@@ -62,6 +62,24 @@ def test_handlers_match_the_installed_ffi_api():
         gpu_ops.ffi_targets.installed_ffi_api_version())
 
 
+@pytest.mark.parametrize("stage,read", [("initialize", True), ("record", False),
+                                        ("bogus", False)])
+def test_registration_reads_four_ffi_stages_and_not_record(stage, read):
+    # Chapter 8's claim: the FFI headers have a record stage (for handlers in
+    # command buffers, which programmatic dependent launch would go through),
+    # and jaxlib's registration passes XLA instantiate, prepare, initialize
+    # and execute only. A stage it reads must be a capsule; one it ignores is
+    # not looked at, "record" like a misspelt key.
+    jax.devices()  # with the backend started, registration is not deferred
+    execute = gpu_ops._native.targets()["cpu"]["gpu_ops_rms_norm_fwd"]
+    stages = {"execute": execute, stage: "not a capsule"}
+    if read:
+        with pytest.raises(jax.errors.JaxRuntimeError, match="PyCapsule"):
+            jax.ffi.register_ffi_target(f"gpu_ops_test_{stage}", stages, platform="cpu")
+    else:
+        jax.ffi.register_ffi_target(f"gpu_ops_test_{stage}", stages, platform="cpu")
+
+
 @pytest.mark.parametrize("built,installed,refused", [
     ((0, 5), (0, 4), True),   # built against a newer jaxlib than the one installed
     ((0, 4), (0, 5), False),
