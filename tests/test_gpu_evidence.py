@@ -24,7 +24,6 @@ EVIDENCE = {
                 ("sweep", "sweep (plans without clusters)", "property test", "compute-sanitizer")),
     "template": (("template/csrc",), ("template", "template compute-sanitizer")),
 }
-KERNEL_CODE, REQUIRED = EVIDENCE["kernels"]
 # What a compute-sanitizer check must have run, with no error.
 SANITIZERS = ("initcheck", "memcheck")
 
@@ -33,10 +32,9 @@ def git(*args):
     return subprocess.run(["git", *args], cwd=REPOSITORY, capture_output=True, text=True)
 
 
-def last_change(code=KERNEL_CODE):
-    """The last commit that changed `code` (the kernels and the planner by
-    default); fails with the reason where the clone has no history to read
-    it from."""
+def last_change(code):
+    """The last commit that changed `code` (folders); fails with the reason
+    where the clone has no history to read it from."""
     if git("rev-parse", "--git-dir").returncode != 0:
         pytest.fail("this checkout is no git clone: the GPU evidence check reads the "
                     "history of gpu_ops/csrc/ (clone the repository to run it)")
@@ -70,7 +68,7 @@ def covers(commit, kernel_change):
     return git("merge-base", "--is-ancestor", kernel_change, commit).returncode == 0
 
 
-def evidence(change, required=REQUIRED):
+def evidence(change, required):
     """{results file: {check: (commit, passed, covers)}} of the required checks."""
     found = {}
     for path in sorted(RESULTS.glob("*.json")):
@@ -99,7 +97,7 @@ def test_the_cuda_code_of_this_commit_passed_its_gpu_checks(code):
 
 
 def test_a_check_before_the_change_or_failed_does_not_count():
-    kernel_change = last_change()
+    kernel_change = last_change(EVIDENCE["kernels"][0])
     first = git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
     assert covers(kernel_change, kernel_change)
     assert not covers(first, kernel_change) or first == kernel_change
