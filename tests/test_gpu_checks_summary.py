@@ -175,12 +175,14 @@ def test_the_sweeps_and_the_property_test_are_checks_of_their_own(tmp_path):
     assert properties["passed"] == 3
 
 
-def test_the_templates_test_and_its_sanitizers_are_checks_of_their_own(tmp_path):
+@pytest.mark.parametrize("code", ["template", "recipes"])
+def test_the_templates_and_the_recipes_tests_and_sanitizers_are_checks_of_their_own(
+        tmp_path, code):
     run = _run(tmp_path / "run", "7a8b9c0",
-               template="tests/test_template.py::test_a_renamed_copy PASSED [ 50%]\n"
+               **{code: f"tests/test_{code}.py::test_a PASSED [ 50%]\n"
                         "2 passed in 150.3s (0:02:30)\n",
-               template_sanitizer=SANITIZER.replace("gpu_ops", "my_ops"))
-    _, (template, sanitizer) = _tool().run_summary(run)
-    assert (template["check"], template["commit"], template["passed"]) == ("template", "7a8b9c0", 2)
-    assert sanitizer["check"] == "template compute-sanitizer"
+                  f"{code}_sanitizer": SANITIZER.replace("gpu_ops", "my_ops")})
+    _, (tests, sanitizer) = _tool().run_summary(run)
+    assert (tests["check"], tests["commit"], tests["passed"]) == (code, "7a8b9c0", 2)
+    assert sanitizer["check"] == f"{code} compute-sanitizer"
     assert sanitizer["tools"]["memcheck"] == {"errors": 2, "exit_status": 99}

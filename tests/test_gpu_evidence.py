@@ -1,11 +1,13 @@
 """Kernel changes land with their GPU run: the CUDA kernels and the planner
 as they are in this commit passed the GPU sweep, the property test and
 compute-sanitizer (initcheck and memcheck) on a GPU, and the template's
-handlers its own test and compute-sanitizer, as results/gpu/ records.
+handlers and the recipes' their own tests and compute-sanitizer, as
+results/gpu/ records.
 
 CI has no GPU, so this test reads the clone's git history: the last commit
 that changed the code (gpu_ops/csrc/kernels/ or gpu_ops/csrc/plan/;
-template/csrc/) must be the commit of its checks or one before it.
+template/csrc/; the recipes' C++ and CUDA) must be the commit of its checks
+or one before it.
 tools/gpu_checks.sh runs them and tools/gpu_checks_summary.py records them
 (shared/GPU.md says how).
 """
@@ -23,6 +25,9 @@ EVIDENCE = {
     "kernels": (("gpu_ops/csrc/kernels", "gpu_ops/csrc/plan"),
                 ("sweep", "sweep (plans without clusters)", "property test", "compute-sanitizer")),
     "template": (("template/csrc",), ("template", "template compute-sanitizer")),
+    # the recipes' handlers (git reads the patterns at any depth under recipes/)
+    "recipes": (("recipes/*.cu", "recipes/*.cc", "recipes/*.h"),
+                ("recipes", "recipes compute-sanitizer")),
 }
 # What a compute-sanitizer check must have run, with no error.
 SANITIZERS = ("initcheck", "memcheck")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from exercises.build import build_library
+from exercises.build import build_library, nvcc
 from recipes import batch_partitionable, effects, kv_cache, polynomial, rope
 
 
@@ -28,6 +28,13 @@ def libraries():
         module.register(built[name])
     built["batch_partitionable"] = batch_partitionable.register(built["polynomial"])
     return built
+
+
+def test_the_cuda_handlers_are_built_where_nvcc_is_found_and_run_on_a_gpu(libraries):
+    for name in ("rope", "kv_cache", "effects", "polynomial"):
+        assert (libraries[name].cuda is not None) == (nvcc() is not None), name
+    if jax.default_backend() == "gpu":  # registered for CUDA, or no call would run
+        assert all(libraries[name].cuda is not None for name in ("rope", "kv_cache"))
 
 
 def _rows(seed, shape, dtype=jnp.float32):

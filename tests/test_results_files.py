@@ -151,7 +151,8 @@ def test_every_gpu_machine_summary_says_what_ran_where():
             assert check["check"] in ("tests", "chapters (nbval)", "compute-sanitizer",
                                       "fp8 matmul", "sharding collectives", "sweep",
                                       "sweep (plans without clusters)", "property test",
-                                      "template", "template compute-sanitizer"), path
+                                      "template", "template compute-sanitizer", "recipes",
+                                      "recipes compute-sanitizer"), path
             if check["check"].endswith("compute-sanitizer"):
                 assert check["tools"], (path, check)
             elif check["check"] == "sharding collectives":

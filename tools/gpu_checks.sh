@@ -5,15 +5,16 @@
 # without clusters); the property test; the whole test suite on the GPU;
 # every chapter under nbval; compute-sanitizer over a subset of the sweep;
 # whether XLA runs the float8 norm's matmul as a float8 matmul
-# (tools/fp8_matmul_hlo.py); and the template as a reader builds it.
+# (tools/fp8_matmul_hlo.py); the template as a reader builds it; and the
+# recipes' handlers as their chapters build them.
 # Usage (on a GPU machine, in the repository root): tools/gpu_checks.sh OUTDIR
 # It writes OUTDIR/summary.json (tools/gpu_checks_summary.py) beside the logs.
 # To split a run over calls of limited length (on one machine, which keeps
 # the build): GPU_CHECKS_STEPS chooses among "sweep" (the build and the
 # sweep), "properties" (the property test), "tests" (the build and the rest
 # of the test suite), "chapters", "sanitizers", "fp8", "template" (the
-# template's test on this GPU and its handlers under compute-sanitizer) and
-# "sharding" (the collectives XLA compiles for a mesh of the machine's GPUs,
+# template's test on this GPU and its handlers under compute-sanitizer),
+# "recipes" (the same for the recipes' handlers) and "sharding" (the collectives XLA compiles for a mesh of the machine's GPUs,
 # tools/sharding_hlo.py; default: all in that order, "sharding" only where
 # there are several GPUs), and GPU_CHECKS_SANITIZERS="memcheck racecheck"
 # runs only those tools (default: all four; the sanitizer log is appended
@@ -29,6 +30,7 @@
 set -uo pipefail
 out=${1:?usage: tools/gpu_checks.sh OUTDIR}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # the template's sanitizer runs in another folder
 export PYTHONUNBUFFERED=1
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -48,7 +50,7 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/gpu_ops_site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-default_steps="sweep properties tests chapters sanitizers fp8 template"
+default_steps="sweep properties tests chapters sanitizers fp8 template recipes"
 if [ "$(nvidia-smi --list-gpus | wc -l)" -gt 1 ]; then
   default_steps+=" sharding"
   # tests/test_processes.py: one process per GPU under jax.distributed
@@ -56,7 +58,7 @@ if [ "$(nvidia-smi --list-gpus | wc -l)" -gt 1 ]; then
 fi
 steps=" ${GPU_CHECKS_STEPS:-$default_steps} "
 sweep_status=0 properties_status=0 tests_status=0 chapters_status=0 sanitizer_status=0
-template_status=0
+template_status=0 recipes_status=0
 clean=${GPU_CHECKS_CLEAN:-1}
 # Each test's result on a line of its own, so that a run cut off by a time
 # limit still names the tests that failed (gpu_checks_summary.py reads
@@ -75,6 +77,27 @@ build_and_test() {
   clean=0
   GPU_OPS_APEX_SEED=1 GPU_OPS_NO_VENV=1 GPU_OPS_SKIP_BOOK=1 CUDA_ARCH=${CUDA_ARCH:-90} \
     env "$@" ./build.sh test
+}
+
+# sanitize LOG KERNELS "TOOLS" COMMAND...: COMMAND under each of
+# compute-sanitizer's TOOLS, appended to LOG; every tool but initcheck sees
+# only the kernels whose mangled names contain KERNELS (all where empty),
+# while initcheck must see XLA's kernels write the inputs, or it reports
+# every input as uninitialised. Fails where any tool does.
+sanitize() {
+  local log=$1 kernels=$2 tools=$3 failed=0 tool status
+  shift 3
+  for tool in $tools; do
+    local filter=()
+    [ -n "$kernels" ] && [ "$tool" != initcheck ] && filter=(--kernel-name "kns=$kernels")
+    echo "== compute-sanitizer --tool $tool ${filter[*]}" | tee -a "$log"
+    compute-sanitizer --tool "$tool" --error-exitcode 99 "${filter[@]}" "$@" 2>&1 |
+      tee -a "$log"
+    status=${PIPESTATUS[0]}
+    echo "== $tool exit status: $status" | tee -a "$log"
+    [ "$status" = 0 ] || failed=1
+  done
+  return $failed
 }
 
 if [[ $steps == *" sweep "* ]]; then
@@ -126,27 +149,16 @@ if [[ $steps == *" chapters "* ]]; then
 fi
 
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-sanitizers=${GPU_CHECKS_SANITIZERS:-memcheck racecheck initcheck synccheck}
-[[ $steps == *" sanitizers "* ]] || sanitizers=
-for tool in $sanitizers; do
-  # Check only gpu_ops' kernels (their mangled names contain the namespace),
-  # except for initcheck: it must see XLA's kernels write our inputs, or it
-  # reports every input as uninitialised.
-  filter=(--kernel-name kns=gpu_ops)
-  [ "$tool" = initcheck ] && filter=()
-  echo "== compute-sanitizer --tool $tool ${filter[*]}" | tee -a "$out/compute_sanitizer.log"
+if [[ $steps == *" sanitizers "* ]]; then
   # the smallest sweep case of every path of every kind of call
   # (GPU_CHECKS_SANITIZER_CASES=all: and of every dtype pair, which takes
-  # longer than a call to the GPU machine may)
+  # longer than a call to the GPU machine may), over gpu_ops' kernels
   workload=(python3 tools/sanitizer_workload.py)
   [ "${GPU_CHECKS_SANITIZER_CASES:-few}" = all ] || workload+=(--few)
-  compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      "${filter[@]}" "${workload[@]}" \
-      2>&1 | tee -a "$out/compute_sanitizer.log"
-  status=${PIPESTATUS[0]}
-  echo "== $tool exit status: $status" | tee -a "$out/compute_sanitizer.log"
-  [ "$status" = 0 ] || sanitizer_status=1
-done
+  sanitize "$out/compute_sanitizer.log" gpu_ops \
+      "${GPU_CHECKS_SANITIZERS:-memcheck racecheck initcheck synccheck}" "${workload[@]}" ||
+    sanitizer_status=1
+fi
 fp8_status=0
 if [[ $steps == *" fp8 "* ]]; then
   python3 tools/fp8_matmul_hlo.py --out "$out/fp8_matmul.json" 2>&1 | tee "$out/fp8_matmul.log"
@@ -165,18 +177,18 @@ if [[ $steps == *" template "* ]]; then
   python3 -m pip install -q --no-build-isolation --no-deps --target "$site" \
       -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" ./template ||
     template_status=1
-  for tool in memcheck initcheck; do
-    filter=(--kernel-name kns=my_ops)
-    [ "$tool" = initcheck ] && filter=()
-    echo "== compute-sanitizer --tool $tool ${filter[*]}" | tee -a "$out/template_sanitizer.log"
-    (cd template && PYTHONPATH=$site compute-sanitizer --tool "$tool" --error-exitcode 99 \
-       "${filter[@]}" python3 -P -m pytest -q -p no:cacheprovider tests \
-       -k test_forward_and_gradients_are_the_references) 2>&1 |
-      tee -a "$out/template_sanitizer.log"
-    status=${PIPESTATUS[0]}
-    echo "== $tool exit status: $status" | tee -a "$out/template_sanitizer.log"
-    [ "$status" = 0 ] || template_status=1
-  done
+  (cd template && PYTHONPATH=$site sanitize "$out/template_sanitizer.log" my_ops \
+     "memcheck initcheck" python3 -P -m pytest -q -p no:cacheprovider tests \
+     -k test_forward_and_gradients_are_the_references) || template_status=1
+fi
+if [[ $steps == *" recipes "* ]]; then
+  # The recipes' handlers, built with nvcc as their chapters build them, on
+  # this GPU (tests/test_recipes.py), then under memcheck and initcheck.
+  python3 -m pytest -q -p no:cacheprovider $verbose tests/test_recipes.py 2>&1 |
+    tee "$out/recipes.log"
+  recipes_status=${PIPESTATUS[0]}
+  sanitize "$out/recipes_sanitizer.log" "" "memcheck initcheck" \
+      python3 -m pytest -q -p no:cacheprovider tests/test_recipes.py || recipes_status=1
 fi
 sharding_status=0
 if [[ $steps == *" sharding "* ]]; then
@@ -188,6 +200,8 @@ fi
 python3 tools/gpu_checks_summary.py --out "$out/summary.json" "$out"
 echo "sweep: $sweep_status, properties: $properties_status, tests: $tests_status," \
   "chapters: $chapters_status, sanitizer: $sanitizer_status," \
-  "fp8 matmul check: $fp8_status, sharding: $sharding_status, template: $template_status"
+  "fp8 matmul check: $fp8_status, sharding: $sharding_status, template: $template_status," \
+  "recipes: $recipes_status"
 exit $(( sweep_status || properties_status || tests_status || chapters_status ||
-         sanitizer_status || fp8_status || sharding_status || template_status ))
+         sanitizer_status || fp8_status || sharding_status || template_status ||
+         recipes_status ))

@@ -7,10 +7,12 @@ Each OUTDIR is one tools/gpu_checks.sh run (a long check is split over
 several, by step and by test selection); each holds its environment.txt and
 the logs of the steps it ran. The summary keeps what a reader needs and no
 log: the machine (from the last run), and for every step of every run its
-commit, date, JAX version, test selection and processes, its counts (passed, failed,
-skipped, ...), the names of failed tests, compute-sanitizer's error counts
-per tool, the template's test and its compute-sanitizer counts, whether XLA ran the float8 norm's matmul as a float8 matmul, and
-the collectives XLA compiled for a mesh of the machine's GPUs. With
+commit, date, JAX version, test selection and processes, its counts
+(passed, failed, skipped, ...), the names of failed tests, compute-sanitizer's
+error counts per tool, the template's and the recipes' tests and their
+compute-sanitizer counts, whether XLA ran the float8 norm's matmul as a
+float8 matmul, and the collectives XLA compiled for a mesh of the machine's
+GPUs. With
 --update, the checks already in the --out file stay where the new runs do
 not redo them (a check is the same where its kind and test selection are):
 a check rerun at a later commit replaces its earlier result in place.
@@ -108,6 +110,17 @@ def kernel_cases(log):
     return outcomes_so_far(lines)
 
 
+# The logs of one pytest run each, and of compute-sanitizer's tools, by the
+# check each records: the chapters, the template and the recipes (each
+# built with nvcc and run on the GPU), and the sanitizers over gpu_ops'
+# kernels, the template's and the recipes'.
+PYTEST_LOGS = {"nbval.log": "chapters (nbval)", "template.log": "template",
+               "recipes.log": "recipes"}
+SANITIZER_LOGS = {"compute_sanitizer.log": "compute-sanitizer",
+                  "template_sanitizer.log": "template compute-sanitizer",
+                  "recipes_sanitizer.log": "recipes compute-sanitizer"}
+
+
 def run_summary(outdir):
     """The checks of one gpu_checks.sh run."""
     env = environment((outdir / "environment.txt").read_text())
@@ -131,16 +144,12 @@ def run_summary(outdir):
         checks.append({"check": "property test", **common,
                        "hypothesis_profile": profile.group(1) if profile else "",
                        **pytest_counts(text)})
-    if (log := outdir / "nbval.log").exists():
-        checks.append({"check": "chapters (nbval)", **common, **pytest_counts(log.read_text())})
-    if (log := outdir / "compute_sanitizer.log").exists():
-        checks.append({"check": "compute-sanitizer", **common,
-                       "tools": sanitizer_counts(log.read_text())})
-    if (log := outdir / "template.log").exists():
-        checks.append({"check": "template", **common, **pytest_counts(log.read_text())})
-    if (log := outdir / "template_sanitizer.log").exists():
-        checks.append({"check": "template compute-sanitizer", **common,
-                       "tools": sanitizer_counts(log.read_text())})
+    for name, check in PYTEST_LOGS.items():
+        if (log := outdir / name).exists():
+            checks.append({"check": check, **common, **pytest_counts(log.read_text())})
+    for name, check in SANITIZER_LOGS.items():
+        if (log := outdir / name).exists():
+            checks.append({"check": check, **common, "tools": sanitizer_counts(log.read_text())})
     if (found := outdir / "fp8_matmul.json").exists():
         record = json.loads(found.read_text())
         checks.append({"check": "fp8 matmul", **common,
