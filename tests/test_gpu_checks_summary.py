@@ -186,3 +186,13 @@ def test_the_templates_and_the_recipes_tests_and_sanitizers_are_checks_of_their_
     assert (tests["check"], tests["commit"], tests["passed"]) == (code, "7a8b9c0", 2)
     assert sanitizer["check"] == f"{code} compute-sanitizer"
     assert sanitizer["tools"]["memcheck"] == {"errors": 2, "exit_status": 99}
+
+
+def test_a_run_of_some_chapters_is_a_check_of_its_own(tmp_path):
+    some = _run(tmp_path / "some", "7a8b9c0", nbval="30 passed in 60.0s\n")
+    env = (some / "environment.txt").read_text()
+    (some / "environment.txt").write_text(env + "chapters: chapters/14_*.ipynb\n")
+    every = _run(tmp_path / "every", "7a8b9c0", nbval="190 passed in 600.0s\n")
+    (_, (of_some,)), (_, (of_every,)) = map(_tool().run_summary, (some, every))
+    assert of_some["selection"] == "chapters/14_*.ipynb" and "selection" not in of_every
+    assert _tool()._key(of_some) != _tool()._key(of_every)

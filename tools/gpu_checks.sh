@@ -14,9 +14,11 @@
 # sweep), "properties" (the property test), "tests" (the build and the rest
 # of the test suite), "chapters", "sanitizers", "fp8", "template" (the
 # template's test on this GPU and its handlers under compute-sanitizer),
-# "recipes" (the same for the recipes' handlers) and "sharding" (the collectives XLA compiles for a mesh of the machine's GPUs,
+# "recipes" (the same for the recipes' handlers) and "sharding" (the
+# collectives XLA compiles for a mesh of the machine's GPUs,
 # tools/sharding_hlo.py; default: all in that order, "sharding" only where
-# there are several GPUs), and GPU_CHECKS_SANITIZERS="memcheck racecheck"
+# there are several GPUs). GPU_CHECKS_CHAPTERS="chapters/14_*.ipynb" runs
+# "chapters" over those only, and GPU_CHECKS_SANITIZERS="memcheck racecheck"
 # runs only those tools (default: all four; the sanitizer log is appended
 # to). The first of "sweep" and "tests" builds from a clean tree, unless
 # GPU_CHECKS_CLEAN=0 keeps the build of an earlier call on the same machine.
@@ -38,6 +40,7 @@ export PYTHONUNBUFFERED=1
   echo "pytest selection: ${PYTEST_ADDOPTS:-}"
   echo "test processes: ${GPU_CHECKS_WORKERS:-1}"
   echo "hypothesis profile: ${GPU_OPS_HYPOTHESIS_PROFILE:-long}"
+  echo "chapters: ${GPU_CHECKS_CHAPTERS:-chapters}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -n 2
   python3 -c 'import jax, jaxlib, sys; print("python", sys.version.split()[0]); print("jax", jax.__version__, "jaxlib", jaxlib.__version__); print(jax.devices())'
@@ -141,9 +144,10 @@ if [[ $steps == *" tests "* ]]; then
 fi
 
 if [[ $steps == *" chapters "* ]]; then
-  # Every chapter re-executed and its outputs compared with the stored ones,
-  # as in CI: nothing a chapter prints may depend on the platform.
-  python3 -m pytest -q -p no:cacheprovider --nbval chapters \
+  # Every chapter (or those GPU_CHECKS_CHAPTERS names) re-executed and its
+  # outputs compared with the stored ones, as in CI: nothing a chapter
+  # prints may depend on the platform.
+  python3 -m pytest -q -p no:cacheprovider --nbval ${GPU_CHECKS_CHAPTERS:-chapters} \
       --nbval-sanitize-with chapters/nbval_sanitize.cfg 2>&1 | tee "$out/nbval.log"
   chapters_status=${PIPESTATUS[0]}
 fi

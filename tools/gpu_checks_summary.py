@@ -34,7 +34,8 @@ def environment(text):
               "gpus": sum(line.startswith("NVIDIA ") for line in lines)}
     for line in lines:
         key, _, value = line.partition(": ")
-        if key in ("date", "commit", "pytest selection", "hypothesis profile", "test processes"):
+        if key in ("date", "commit", "pytest selection", "hypothesis profile", "test processes",
+                   "chapters"):
             fields[key.replace(" ", "_")] = value
         elif line.startswith("NVIDIA "):
             fields["gpu"], fields["driver"], fields["memory"] = line.split(", ")
@@ -144,9 +145,15 @@ def run_summary(outdir):
         checks.append({"check": "property test", **common,
                        "hypothesis_profile": profile.group(1) if profile else "",
                        **pytest_counts(text)})
+    # The chapters a run of some of them ran are its selection (a run of all
+    # has none, as before chapters could be chosen).
+    chapters = env.get("chapters", "chapters")
+    selections = {"nbval.log": "" if chapters == "chapters" else chapters}
     for name, check in PYTEST_LOGS.items():
         if (log := outdir / name).exists():
-            checks.append({"check": check, **common, **pytest_counts(log.read_text())})
+            selection = ({"selection": selections[name]} if selections.get(name) else {})
+            checks.append({"check": check, **common, **selection,
+                           **pytest_counts(log.read_text())})
     for name, check in SANITIZER_LOGS.items():
         if (log := outdir / name).exists():
             checks.append({"check": check, **common, "tools": sanitizer_counts(log.read_text())})
