@@ -11,6 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 
 DTYPES = (jnp.float32, jnp.bfloat16)
+# How far from polynomial_reference a result may be, relative and absolute:
+# a GPU fuses each multiply and add of Horner's rule into one rounding, and
+# a float32 result then differs in its last bits (bfloat16's rounding hides it).
+TOLERANCE = {jnp.float32: 1e-6, jnp.bfloat16: 2.0**-8}
 MAX_COEFFICIENTS = 16  # the handlers pass them to a GPU kernel by value
 
 

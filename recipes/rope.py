@@ -42,11 +42,8 @@ def register(library):
                                         ("CUDA", library.cuda, "RopeExecuteCuda")):
         if handlers is None:  # nvcc did not build the CUDA handlers
             continue
-        # A name of its own per platform: where the CPU and the GPU share one
-        # registry of types, the second registration of a name leaves the
-        # second library's type without an id.
-        jax.ffi.register_ffi_type(f"{library.name}_table_{platform}",
-                                  _type_registration(handlers), platform=platform)
+        jax.ffi.register_ffi_type(f"{library.name}_table", _type_registration(handlers),
+                                  platform=platform)
         jax.ffi.register_ffi_target(
             library.name, {"instantiate": jax.ffi.pycapsule(handlers.RopeInstantiate),
                            "execute": jax.ffi.pycapsule(getattr(handlers, execute))},

@@ -12,6 +12,9 @@
 
 namespace ffi = xla::ffi;
 
+// One log per library: see rope/rope.h for why it is in an unnamed namespace.
+namespace {
+
 inline std::mutex log_mutex;
 inline std::vector<int32_t> event_log;
 
@@ -21,6 +24,8 @@ inline void LogEvent(int32_t tag) {
   std::lock_guard<std::mutex> lock(log_mutex);
   event_log.push_back(tag);
 }
+
+}  // namespace
 
 extern "C" int64_t EventCount() {
   std::lock_guard<std::mutex> lock(log_mutex);

@@ -10,9 +10,15 @@
 
 namespace ffi = xla::ffi;
 
+// One counter per library: see rope/rope.h for why it is in an unnamed namespace.
+namespace {
+
 // How many times this library's handler copied a whole cache because its
 // output was not its input's buffer, for the tests of aliasing.
 inline std::atomic<int64_t> whole_cache_copies{0};
+
+}  // namespace
+
 extern "C" int64_t KvCacheCopies() { return whole_cache_copies.load(); }
 
 // cache is (slots, width), row (width,), slot a scalar, out like cache.

@@ -16,6 +16,14 @@
 
 namespace ffi = xla::ffi;
 
+// Internal linkage (the unnamed namespace) gives each library, CPU and CUDA,
+// objects of its own. An inline variable or static member outside it is one
+// object in the whole process (a "unique" symbol, which the dynamic linker
+// shares between libraries however they are loaded): the CUDA library's type
+// id would be the CPU library's, which XLA's GPU registry already uses for
+// a type of its own, and a GPU call crashes.
+namespace {
+
 // The table travels to a GPU kernel by value, as a kernel argument, so it
 // has a fixed size: heads of up to 256 values.
 constexpr int64_t kMaxPairs = 128;
@@ -72,6 +80,8 @@ inline ffi::ErrorOr<int64_t> RopeRows(const RopeTable& table, ffi::Span<const in
   }
   return x_dims[0] * x_dims[1];
 }
+
+}  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RopeInstantiate, MakeRopeTable,
                               ffi::Ffi::BindInstantiate()
