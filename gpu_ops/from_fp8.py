@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from gpu_ops import autodiff, float8
-from gpu_ops.api import IMPLEMENTATIONS, checked_operands, on_their_devices
+from gpu_ops.implementations import IMPLEMENTATIONS, checked_operands, on_their_devices
 from gpu_ops.primitives import rms_norm_from_fp8_fwd_p
 from gpu_ops.validation import (check_float8_input, check_float8_input_weight,
                                  check_implementation)

@@ -140,7 +140,7 @@ for _platform in ("cpu", "cuda"):
         rms_norm_bwd_shard_p,
         _by_kernels(BACKWARD_RULES[_platform], pallas_kernels.backward, _platform),
         platform=_platform)
-# The quantised forward has no scratch, and no Pallas kernels (api.py
+# The quantised forward has no scratch, and no Pallas kernels (quantised.py
 # quantises the Pallas kernels' y in jnp instead).
 mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _by_layout(
     rms_norm_fp8_fwd_shard_p, _with_float64_eps(_fp8_forward_call),

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from gpu_ops import autodiff, float8
-from gpu_ops.api import IMPLEMENTATIONS, WITH_RESIDUAL, checked_operands, on_their_devices
+from gpu_ops.implementations import IMPLEMENTATIONS, WITH_RESIDUAL, checked_operands, on_their_devices
 from gpu_ops.primitives import rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p
 from gpu_ops.validation import (check_float8_scale, check_float8_weight,
                                  check_read_back_dtype)

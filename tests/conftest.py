@@ -83,7 +83,7 @@ _ENTRY_POINTS = {name: getattr(gpu_ops, name)
 def pytest_generate_tests(metafunc):
     if metafunc.module.__name__ in CONTRACT_MODULES:
         metafunc.fixturenames.append("implementation")
-        metafunc.parametrize("implementation", sorted(gpu_ops.api.IMPLEMENTATIONS))
+        metafunc.parametrize("implementation", sorted(gpu_ops.implementations.IMPLEMENTATIONS))
 
 
 _last_implementation = [None]

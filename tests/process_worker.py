@@ -77,7 +77,7 @@ def check(implementation, rows):
     np.testing.assert_allclose(local(amax), np.abs(reference.forward(x, weight)).max(), rtol=1e-5)
 
 
-for implementation in sorted(gpu_ops.api.IMPLEMENTATIONS):
+for implementation in sorted(gpu_ops.implementations.IMPLEMENTATIONS):
     for rows in (4 * jax.device_count(), 4 * jax.device_count() + 2):  # divisible, and not
         check(implementation, rows)
         print(f"process {process_id}: {implementation} rows={rows} ok", flush=True)
