@@ -14,7 +14,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
-from recipes.polynomial import attributes, check_x
+from recipes.polynomial import attributes, checked_x
 
 
 def register(library):
@@ -63,7 +63,7 @@ mlir.register_lowering(polynomial_rows_p, _lowering)
 def polynomial_rows(target, x, coefficients, low=-np.inf, high=np.inf, *, describe_batch=True):
     """The polynomial of `x` (rows, ...) through `target`; `describe_batch`
     adds the lowering's batch attributes (False shows what they do)."""
-    check_x(x)
+    x = checked_x(x)
     attributes(coefficients, low, high)  # checked here, where the caller sees the error
     return polynomial_rows_p.bind(x, target=target, coefficients=tuple(map(float, coefficients)),
                                   low=float(low), high=float(high),

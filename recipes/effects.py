@@ -13,6 +13,7 @@ the other's result as `after`.
 import ctypes
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -27,7 +28,7 @@ def log_event(target, x, tag, after=None, *, has_side_effect=True):
     `has_side_effect=False` leaves out the mark, to show what it keeps."""
     if not isinstance(tag, int) or not -2**31 <= tag < 2**31:
         raise TypeError(f"log_event: tag must be an int32 integer, got {tag!r}")
-    after = np.int32(0) if after is None else after
+    after = jnp.int32(0) if after is None else jnp.asarray(after)
     if np.dtype(after.dtype) != np.int32 or np.shape(after) != ():
         raise TypeError(f"log_event: after must be an earlier call's int32 result, "
                         f"got {after.dtype} {np.shape(after)}")

@@ -9,6 +9,7 @@ hands the handler one buffer as both, and only the row is written.
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from recipes import count
@@ -23,6 +24,7 @@ def write_row(target, cache, row, slot, *, in_place=True):
     """`cache` (slots, width) float32 with `row` (width,) in row `slot`
     (an int32 scalar); `in_place=False` leaves out the aliasing, to show
     what it saves."""
+    cache, row, slot = jnp.asarray(cache), jnp.asarray(row), jnp.asarray(slot)
     if cache.dtype != np.float32 or cache.ndim != 2 or cache.shape[0] == 0:
         raise TypeError(f"write_row: cache must be float32 (slots, width) with slots > 0, "
                         f"got {cache.dtype} {cache.shape}")

@@ -35,14 +35,17 @@ def attributes(coefficients, low, high):
     return {"coefficients": coefficients, "clip": {"low": np.float64(low), "high": np.float64(high)}}
 
 
-def check_x(x):
+def checked_x(x):
+    """x as an array of one of DTYPES, or a TypeError."""
+    x = jnp.asarray(x)
     if x.dtype not in DTYPES:
         raise TypeError(f"polynomial: x must be float32 or bfloat16, got {x.dtype}")
+    return x
 
 
 def polynomial(target, x, coefficients, low=-np.inf, high=np.inf):
     """`clip(sum(c[k] * x**k), low, high)` elementwise, through `target`."""
-    check_x(x)
+    x = checked_x(x)
     call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(x.shape, x.dtype))
     return call(x, **attributes(coefficients, low, high))
 

@@ -59,6 +59,7 @@ def rope(target, x, positions, base=10000.0):
     """Turn each pair of values of `x` (tokens, heads, head_dim), float32,
     by its token's position (`positions`, int32, one per token) times the
     pair's frequency, `base ** (-2 i / head_dim)`."""
+    x, positions = jax.numpy.asarray(x), jax.numpy.asarray(positions)
     if x.dtype != np.float32 or x.ndim != 3:
         raise TypeError(f"rope: x must be a float32 array (tokens, heads, head_dim), "
                         f"got {x.dtype} {x.shape}")
