@@ -36,10 +36,13 @@ polynomial_rows_p.def_impl(lambda x, **params: jax.jit(polynomial_rows_p.bind,
 polynomial_rows_p.def_abstract_eval(lambda x, **_: jax.core.ShapedArray(x.shape, x.dtype))
 
 
+FACTORS = "ijklmnop"  # the names of the rule's factors, one per axis
+
+
 def sharding_rule(shape):
     """Shardy's rule for one operand and one result of `shape`: a factor
     per axis, the same in both, and the last axis whole on each device."""
-    factors = "ijklmnop"[:len(shape)]
+    factors = FACTORS[:len(shape)]
     axes = ", ".join(factors)
     sizes = ", ".join(f"{f}={n}" for f, n in zip(factors, shape))
     return mlir.ir.Attribute.parse(f"#sdy.op_sharding_rule<([{axes}])->([{axes}]) {{{sizes}}} "
@@ -64,6 +67,8 @@ def polynomial_rows(target, x, coefficients, low=-np.inf, high=np.inf, *, descri
     """The polynomial of `x` (rows, ...) through `target`; `describe_batch`
     adds the lowering's batch attributes (False shows what they do)."""
     x = checked_x(x)
+    if not 1 <= x.ndim <= len(FACTORS):
+        raise ValueError(f"polynomial_rows: x must have 1 to {len(FACTORS)} axes, got {x.ndim}")
     attributes(coefficients, low, high)  # checked here, where the caller sees the error
     return polynomial_rows_p.bind(x, target=target, coefficients=tuple(map(float, coefficients)),
                                   low=float(low), high=float(high),
