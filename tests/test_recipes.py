@@ -200,6 +200,11 @@ def test_polynomial_rejects_bad_arguments_in_python(libraries):
         polynomial.polynomial(name, jnp.ones(3, jnp.float32), np.ones(17))
     with pytest.raises(ValueError, match="low"):
         polynomial.polynomial(name, jnp.ones(3, jnp.float32), [1.0], 2.0, 1.0)
+    with pytest.raises(TypeError, match="x must be float32 or bfloat16"):
+        polynomial.polynomial(name, [1, 2, 3], [1.0])  # a list of ints: int32 (or int64)
+    with pytest.raises(ValueError, match="1 to 8 axes"):
+        batch_partitionable.polynomial_rows(libraries["batch_partitionable"],
+                                            jnp.float32(1.0), [1.0])
 
 
 # Batch partitioning
