@@ -72,11 +72,13 @@ def init_params(config, key):
             "lm_head": dense(next(keys), d, config.vocab)}
 
 
-def rotary(x):
-    """Rotary position embedding of x (batch, seq, heads, head_dim)."""
+def rotary(x, start=0):
+    """Rotary position embedding of x (batch, seq, heads, head_dim) whose
+    first position is `start` (a decoding step's token is at its position in
+    the cache)."""
     seq, half = x.shape[1], x.shape[-1] // 2
     frequencies = 10_000.0 ** (-jnp.arange(half, dtype=jnp.float32) / half)
-    angles = jnp.arange(seq, dtype=jnp.float32)[:, None] * frequencies
+    angles = (start + jnp.arange(seq, dtype=jnp.float32))[:, None] * frequencies
     cos = jnp.cos(angles)[None, :, None, :]
     sin = jnp.sin(angles)[None, :, None, :]
     x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
