@@ -13,6 +13,7 @@ the pieces the book builds chapter by chapter:
 - ``autodiff``: forward and reverse mode, from one JVP rule;
 - ``hijax_route``: the same operation as one ``jax.experimental.hijax`` class;
 - ``higher_order``: derivatives of the gradient (JVP rules in jnp);
+- ``maths_in_jnp``: what each custom call computes, in jax.numpy;
 - ``batching``: the vmap rules;
 - ``sharding``: custom partitioning across devices;
 - ``validation``: clear errors for bad input;

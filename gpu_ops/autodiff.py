@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
-from gpu_ops import float8, higher_order
+from gpu_ops import float8, higher_order, maths_in_jnp
 from gpu_ops.primitives import (rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
                                 rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_tangent_p,
                                 rms_norm_tangent_p, rms_norm_through_fp8_input_fwd_p)
@@ -209,6 +209,6 @@ def _tangent_jvp(primitive, in_jnp):
 
 
 ad.primitive_jvps[rms_norm_tangent_p] = _tangent_jvp(
-    rms_norm_tangent_p, higher_order.tangent_in_jnp)
+    rms_norm_tangent_p, maths_in_jnp.tangent_in_jnp)
 ad.primitive_jvps[rms_norm_from_fp8_tangent_p] = _tangent_jvp(
-    rms_norm_from_fp8_tangent_p, higher_order.from_fp8_tangent_in_jnp)
+    rms_norm_from_fp8_tangent_p, maths_in_jnp.from_fp8_tangent_in_jnp)

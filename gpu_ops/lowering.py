@@ -14,7 +14,7 @@ import jax
 from jax.core import ShapedArray
 from jax.interpreters import mlir
 
-from gpu_ops import ffi_targets, float8, higher_order, pallas_kernels
+from gpu_ops import ffi_targets, float8, maths_in_jnp, pallas_kernels
 from gpu_ops.primitives import (DESCRIPTIONS, rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
                                 rms_norm_fp8_scaled_fwd_shard_p,
                                 rms_norm_from_fp8_bwd_shard_p, rms_norm_from_fp8_fwd_shard_p,
@@ -181,6 +181,6 @@ def _in_jnp(function):
 
 # Forward mode's tangents (autodiff.py): a few elementwise products and one
 # mean per row, which XLA fuses into one pass; reverse mode never runs them.
-mlir.register_lowering(rms_norm_tangent_p, _in_jnp(higher_order.tangent_in_jnp))
+mlir.register_lowering(rms_norm_tangent_p, _in_jnp(maths_in_jnp.tangent_in_jnp))
 mlir.register_lowering(rms_norm_from_fp8_tangent_p,
-                       _in_jnp(higher_order.from_fp8_tangent_in_jnp))
+                       _in_jnp(maths_in_jnp.from_fp8_tangent_in_jnp))
