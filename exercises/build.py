@@ -36,14 +36,14 @@ class Library:
     cpu: ctypes.CDLL  # the C++ handlers
     cuda: ctypes.CDLL | None  # the CUDA handlers, where nvcc was found
 
-    def register(self, cpu_handler, cuda_handler):
-        """Register the handlers of these names under `name`, each for its
-        platform (the CUDA one where nvcc built it)."""
-        jax.ffi.register_ffi_target(self.name, jax.ffi.pycapsule(getattr(self.cpu, cpu_handler)),
-                                    platform="cpu")
-        if self.cuda is not None:
-            jax.ffi.register_ffi_target(
-                self.name, jax.ffi.pycapsule(getattr(self.cuda, cuda_handler)), platform="CUDA")
+    def register(self, cpu_handler, cuda_handler, name=None):
+        """Register the handlers of these names under `name` (this build's by
+        default), each for its platform (the CUDA one where nvcc built it)."""
+        for platform, handlers, handler in (("cpu", self.cpu, cpu_handler),
+                                            ("CUDA", self.cuda, cuda_handler)):
+            if handlers is not None:
+                jax.ffi.register_ffi_target(name or self.name, jax.ffi.pycapsule(
+                    getattr(handlers, handler)), platform=platform)
 
 
 def nvcc():

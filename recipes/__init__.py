@@ -10,10 +10,15 @@ import ctypes
 import jax
 
 
+def running(library):
+    """`library`'s handlers that run here: the CUDA ones on a GPU, the CPU
+    ones elsewhere."""
+    return library.cuda if jax.default_backend() == "gpu" else library.cpu
+
+
 def count(library, function):
-    """What the counting function `function` of `library`'s handlers that
-    run here returns: the CUDA ones on a GPU, the CPU ones elsewhere."""
-    handlers = library.cuda if jax.default_backend() == "gpu" else library.cpu
-    counter = getattr(handlers, function)
+    """What the counting function `function` of the handlers that run here
+    returns."""
+    counter = getattr(running(library), function)
     counter.restype = ctypes.c_int64
     return counter()

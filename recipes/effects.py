@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recipes import running
+
 
 def register(library):
     """Register the handlers of `library`, built from `effects/`."""
@@ -39,7 +41,7 @@ def log_event(target, x, tag, after=None, *, has_side_effect=True):
 
 def events(library):
     """The tags logged so far by the handlers that run here, and clear them."""
-    handlers = library.cuda if jax.default_backend() == "gpu" else library.cpu
+    handlers = running(library)
     handlers.EventCount.restype = handlers.EventAt.restype = ctypes.c_int64
     handlers.EventAt.argtypes = (ctypes.c_int64,)
     logged = [handlers.EventAt(i) for i in range(handlers.EventCount())]

@@ -79,11 +79,7 @@ def test_the_cpu_and_the_cuda_library_each_have_a_type_id_of_their_own(libraries
 def test_rope_without_the_instantiate_stage_fails_to_find_its_state(libraries):
     library = libraries["rope"]
     name = f"{library.name}_execute_only"
-    handlers = library.cuda if jax.default_backend() == "gpu" else library.cpu
-    execute = "RopeExecuteCuda" if library.cuda is not None and handlers is library.cuda \
-        else "RopeExecuteCpu"
-    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(handlers, execute)),
-                                platform="CUDA" if handlers is library.cuda else "cpu")
+    library.register("RopeExecuteCpu", "RopeExecuteCuda", name=name)
     with pytest.raises(jax.errors.JaxRuntimeError, match="state"):
         jax.block_until_ready(rope.rope(name, _rows(1, (2, 1, 4)), jnp.zeros(2, jnp.int32)))
 
