@@ -37,6 +37,17 @@ def training_steps():
     return steps
 
 
+def decoding_steps():
+    """{short device name: {batch: {norm: record}}} of the decoding-step benchmark."""
+    steps = {}
+    for path in sorted(RESULTS.glob("decoding_step_*.json")):
+        records = json.loads(path.read_text())
+        by_batch = steps.setdefault(_short_name(records[0]["device"]), {})
+        for r in records:
+            by_batch.setdefault(r["batch"], {})[r["norm"]] = r
+    return steps
+
+
 def of_copy(record):
     """The record's bandwidth as a fraction of the copy bandwidth of its run."""
     return record["gbps"] / record["copy_gbps"]

@@ -9,10 +9,11 @@ import pytest
 
 ROOT = pathlib.Path(__file__).parents[1]
 RESULTS = ROOT / "results"
-# The single-device files; multi_gpu_*, training_step_* and model_shapes_* hold
-# other benchmarks.
+# The single-device files; multi_gpu_*, training_step_*, decoding_step_* and
+# model_shapes_* hold other benchmarks.
+OTHER_BENCHMARKS = ("multi_gpu_", "training_step_", "decoding_step_", "model_shapes_")
 BENCHMARK_FILES = sorted(p for p in (RESULTS / "benchmarks").glob("*.json")
-                         if not p.name.startswith(("multi_gpu_", "training_step_", "model_shapes_")))
+                         if not p.name.startswith(OTHER_BENCHMARKS))
 MODEL_SHAPE_FILES = sorted((RESULTS / "benchmarks").glob("model_shapes_*.json"))
 #: What the harness times on a GPU.
 GPU_IMPLS = {"gpu_ops", "apex_seed", "pallas", "xla"}
@@ -22,8 +23,9 @@ FIELDS = {"device", "jax_version", "commit", "date", "op", "impl", "dtype", "row
 PROFILED_FIELDS = {"busy_us", "span_us", "kernels"}
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench", ROOT / "benchmarks" / "rms_norm_bench.py")
+def _bench(name="rms_norm_bench"):
+    """The benchmark script `name` of benchmarks/, as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -100,10 +102,7 @@ def check_profiled_records(records):
 @pytest.mark.parametrize("path", sorted((RESULTS / "benchmarks").glob("training_step_*.json")),
                          ids=lambda p: p.name)
 def test_a_training_step_file_is_one_run_of_every_norm(path):
-    spec = importlib.util.spec_from_file_location(
-        "training_step_bench", ROOT / "benchmarks" / "training_step_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench("training_step_bench")
     records = json.loads(path.read_text())
     assert [r["norm"] for r in records] == list(bench.NORMS)
     for key in ("device", "jax_version", "commit", "date", "config", "steps", "repeats"):
@@ -134,6 +133,25 @@ def test_a_training_step_file_is_one_run_of_every_norm(path):
     # (with the float8 variant's projections rounded, to a part in a thousand)
     first_losses = [r["first_loss"] for r in records if r["norm"] != "identity"]
     assert max(first_losses) == pytest.approx(min(first_losses), rel=1e-3)
+
+
+@pytest.mark.parametrize("path", sorted((RESULTS / "benchmarks").glob("decoding_step_*.json")),
+                         ids=lambda p: p.name)
+def test_a_decoding_step_file_is_one_run_of_every_norm_at_every_batch(path):
+    bench = _bench("decoding_step_bench")
+    records = json.loads(path.read_text())
+    for key in ("device", "jax_version", "commit", "date", "config", "steps", "repeats"):
+        assert len({json.dumps(r[key]) for r in records}) == 1, key
+    assert path.name == f"decoding_step_{bench.rms_norm_bench.device_slug(records[0]['device'])}.json"
+    batches = list(dict.fromkeys(r["batch"] for r in records))
+    assert [(r["batch"], r["norm"]) for r in records] == [
+        (batch, norm) for batch in batches for norm in bench.NORMS]
+    for batch in batches:
+        by_norm = {r["norm"]: r for r in records if r["batch"] == batch}
+        for r in by_norm.values():
+            assert r["median_us"] > 0
+            assert r["jnp_over_this"] == pytest.approx(
+                by_norm["jnp"]["median_us"] / r["median_us"], rel=2e-3)
 
 
 def test_every_gpu_machine_summary_says_what_ran_where():
