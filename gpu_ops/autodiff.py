@@ -101,22 +101,24 @@ def _through_fp8_jvp(eps, primals, tangents):
 
 @partial(jax.custom_jvp, nondiff_argnums=(3,))
 def residual_through_fp8(x, weight, residual, eps):
-    values, _, scales, total = rms_norm_fp8_fwd_p.bind(x, weight, residual, eps=eps)
+    values, _, scales, total = rms_norm_fp8_fwd_p.bind(x, weight, residual, eps=eps,
+                                                       residual=True)
     return float8.dequantize(values, scales), total
 
 
 @residual_through_fp8.defjvp
 def _residual_through_fp8_jvp(eps, primals, tangents):
-    values, inv_rms, scales, total = rms_norm_fp8_fwd_p.bind(*primals, eps=eps)
+    values, inv_rms, scales, total = rms_norm_fp8_fwd_p.bind(*primals, eps=eps, residual=True)
     dy = _read_back_tangent(total, primals[1], inv_rms, tangents, eps)
     return (float8.dequantize(values, scales), total), (dy, _input_tangent(tangents))
 
 
-def _scaled(operands, column, eps):
+def _scaled(operands, column, eps, residual=False):
     """(y read back, groups' largest |y|, [total]) and inv_rms, from the
-    forward with a given scale (a column, (*rows, 1))."""
+    forward with a given scale (a column, (*rows, 1)); with `residual`, the
+    operands' third added to x."""
     values, inv_rms, largest, *total = rms_norm_fp8_scaled_fwd_p.bind(
-        *operands, column[..., 0], eps=eps)
+        *operands, column[..., 0], eps=eps, residual=residual)
     return (float8.dequantize_with(values, column), largest, *total), inv_rms
 
 
@@ -135,13 +137,13 @@ def _scaled_through_fp8_jvp(eps, primals, tangents):
 
 @partial(jax.custom_jvp, nondiff_argnums=(4,))
 def residual_scaled_through_fp8(x, weight, residual, column, eps):
-    return _scaled((x, weight, residual), column, eps)[0]
+    return _scaled((x, weight, residual), column, eps, residual=True)[0]
 
 
 @residual_scaled_through_fp8.defjvp
 def _residual_scaled_through_fp8_jvp(eps, primals, tangents):
     *operands, column = primals
-    (y, largest, total), inv_rms = _scaled(operands, column, eps)
+    (y, largest, total), inv_rms = _scaled(operands, column, eps, residual=True)
     dy = _read_back_tangent(total, operands[1], inv_rms, tangents[:3], eps)
     return (y, largest, total), (dy, jnp.zeros_like(largest), _input_tangent(tangents[:3]))
 

@@ -65,10 +65,10 @@ def _batching_rule(primitive):
     once per example where it has a weight gradient or a batched weight (or
     weight tangent); else with every operand but those over the normalised
     axes alone (the weight, its tangent) moved to have the batch axis first."""
-    layouts = DESCRIPTIONS[primitive].layouts
+    description = DESCRIPTIONS[primitive]
 
     def rule(args, dims, **params):
-        layout = layouts[len(args)]
+        layout = description.layout_of(params)
         if "dn" in layout.results or any(
                 d is not None for d, kind in zip(dims, layout.operands) if kind == "n"):
             return _once_per_example(primitive, args, dims, **params)

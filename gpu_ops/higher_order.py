@@ -29,7 +29,7 @@ def forward(x, weight, eps, kernels="ffi", out_dtype=None):
 def residual_forward(x, weight, residual, eps, kernels="ffi", out_dtype=None):
     """(y, inv_rms, x + residual) from the forward custom call with a residual."""
     return tuple(rms_norm_fwd_p.bind(x, weight, residual, eps=eps, kernels=kernels,
-                                     out_dtype=out_dtype))
+                                     out_dtype=out_dtype, residual=True))
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(4, 5))

@@ -15,7 +15,7 @@ from jax.core import ShapedArray
 from jax.interpreters import mlir
 
 from gpu_ops import ffi_targets, float8, maths_in_jnp, pallas_kernels
-from gpu_ops.primitives import (DESCRIPTIONS, rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
+from gpu_ops.primitives import (rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
                                 rms_norm_fp8_scaled_fwd_shard_p,
                                 rms_norm_from_fp8_bwd_shard_p, rms_norm_from_fp8_fwd_shard_p,
                                 rms_norm_from_fp8_tangent_p, rms_norm_fwd_shard_p,
@@ -65,25 +65,22 @@ def _from_fp8_backward_scratch(avals_in):
     return ffi_targets.cuda_from_fp8_backward_scratch(values.shape, weight.shape)
 
 
-_DESCRIPTION_OF_SHARD = {d.shard: d for d in DESCRIPTIONS.values() if d.shard is not None}
+def _by_residual(call, residual_call):
+    """The rule of a forward that has a variant with a residual operand: its
+    own call, or bound with ``residual=True`` the residual variant's. (The
+    call takes y's dtype, ``out_dtype``, from the result's type.)"""
+    rules = {False: _with_float64_eps(call), True: _with_float64_eps(residual_call)}
 
-
-def _by_layout(shard, rule, residual_rule):
-    """The rule of a forward's per-shard primitive: its own call, or where its
-    layout has a residual operand (primitives.DESCRIPTIONS) the residual one's."""
-    rules = {count: residual_rule if layout.residual else rule
-             for count, layout in _DESCRIPTION_OF_SHARD[shard].layouts.items()}
-
-    def lowering(ctx, *operands, eps):
-        return rules[len(operands)](ctx, *operands, eps=eps)
+    def lowering(ctx, *operands, eps, residual=False, out_dtype=None):
+        del out_dtype
+        return rules[residual](ctx, *operands, eps=eps)
     return lowering
 
 
 #: The lowering rules of the forward and backward custom calls, per platform:
 #: the same forward on both (it has no scratch), the CUDA backward with its
 #: scratch.
-_FORWARD_RULE = _by_layout(rms_norm_fwd_shard_p, _with_float64_eps(_forward_call),
-                           _with_float64_eps(_residual_forward_call))
+_FORWARD_RULE = _by_residual(_forward_call, _residual_forward_call)
 FORWARD_RULES = {"cpu": _FORWARD_RULE, "cuda": _FORWARD_RULE}
 BACKWARD_RULES = {
     "cpu": _with_float64_eps(_backward_call),
@@ -109,12 +106,12 @@ def _on_plain_types(rule):
     return lowering
 
 
-def _pallas_forward(x, weight, *residual, eps, on_cpu, out_dtype=None):
-    """The Pallas forward; with a residual, of x + residual (added by XLA, not
-    in the kernel), returned after y and inv_rms as the primitive's third
-    result. y in out_dtype: the kernel's, in the weight's dtype, converted by
-    XLA."""
-    total = x + residual[0] if residual else x
+def _pallas_forward(x, weight, *added, eps, on_cpu, residual=False, out_dtype=None):
+    """The Pallas forward; with a residual (`added`), of x + residual (added
+    by XLA, not in the kernel), returned after y and inv_rms as the
+    primitive's third result. y in out_dtype: the kernel's, in the weight's
+    dtype, converted by XLA."""
+    total = x + added[0] if residual else x
     y, inv_rms = pallas_kernels.forward(total, weight, eps=eps, on_cpu=on_cpu)
     return (y.astype(out_dtype or weight.dtype), inv_rms, *([total] if residual else []))
 
@@ -124,10 +121,8 @@ def _by_kernels(ffi_rule, pallas_function, platform):
     pallas_rule = _on_plain_types(mlir.lower_fun(
         partial(pallas_function, on_cpu=platform == "cpu"), multiple_results=True))
     def lowering(ctx, *operands, eps, kernels="ffi", **params):
-        # (the FFI call takes y's dtype, out_dtype, from the result's type)
-        if kernels == "ffi":
-            return ffi_rule(ctx, *operands, eps=eps)
-        return pallas_rule(ctx, *operands, eps=eps, **params)
+        rule = ffi_rule if kernels == "ffi" else pallas_rule
+        return rule(ctx, *operands, eps=eps, **params)
     return lowering
 
 
@@ -142,12 +137,10 @@ for _platform in ("cpu", "cuda"):
         platform=_platform)
 # The quantised forward has no scratch, and no Pallas kernels (quantised.py
 # quantises the Pallas kernels' y in jnp instead).
-mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _by_layout(
-    rms_norm_fp8_fwd_shard_p, _with_float64_eps(_fp8_forward_call),
-    _with_float64_eps(_residual_fp8_forward_call)))
-mlir.register_lowering(rms_norm_fp8_scaled_fwd_shard_p, _by_layout(
-    rms_norm_fp8_scaled_fwd_shard_p, _with_float64_eps(_scaled_fp8_forward_call),
-    _with_float64_eps(_residual_scaled_fp8_forward_call)))
+mlir.register_lowering(rms_norm_fp8_fwd_shard_p,
+                       _by_residual(_fp8_forward_call, _residual_fp8_forward_call))
+mlir.register_lowering(rms_norm_fp8_scaled_fwd_shard_p,
+                       _by_residual(_scaled_fp8_forward_call, _residual_scaled_fp8_forward_call))
 # The norm of a float8 input: the FFI kernels only (the other routes
 # dequantise in jnp, from_fp8.py); the CUDA backward has scratch.
 mlir.register_lowering(rms_norm_from_fp8_fwd_shard_p, _with_float64_eps(_from_fp8_forward_call))

@@ -10,7 +10,7 @@ There are two pairs:
 
 Both pairs have the same shapes and dtypes:
 
-- forward: ``(x, weight) -> (y, inv_rms)``; with a residual operand,
+- forward: ``(x, weight) -> (y, inv_rms)``; bound with ``residual=True``,
   ``(x, weight, residual) -> (y, inv_rms, x + residual)``, where ``y``
   normalises ``x + residual`` (the residual stream of a transformer, added
   and normalised in one pass)
@@ -21,7 +21,9 @@ per-shard primitives lower to: ``"ffi"`` (the C++ and CUDA kernels behind
 XLA's FFI) or ``"pallas"`` (the Pallas kernels of ``pallas_kernels.py``);
 and, of the forward, ``out_dtype``: y's dtype, None for the weight's or x's
 (a float32 weight of bfloat16 x, y in bfloat16, as a model's next matmul
-takes it). Every other rule (VJP, vmap, partitioning) is the same for all.
+takes it), and ``residual``: whether a residual operand is added first (the
+forwards quantised to float8 have it too; left out, False). Every other
+rule (VJP, vmap, partitioning) is the same for all.
 
 ``DESCRIPTIONS`` says of every primitive what its operands and results are
 (rows, normalised axes, a value per row or per group of a row, the weight
@@ -71,7 +73,7 @@ def _abstract_eval(primitive, *operands, **params):
     """The results' types, from the primitive's description (a per-shard
     primitive's is its partitioned one's)."""
     description = DESCRIPTIONS.get(primitive) or DESCRIPTIONS[_PARTITIONED[primitive]]
-    return description.layouts[len(operands)].abstract_eval(operands, params)
+    return description.layout_of(params).abstract_eval(operands, params)
 
 
 def _primitive(name, impl=None):
@@ -95,8 +97,8 @@ rms_norm_bwd_p, rms_norm_bwd_shard_p = _partitioned("rms_norm_bwd")
 
 #: The forward quantised to float8: ``(x, weight) -> (values, inv_rms,
 #: scales)``, y in float8_e4m3fn with a float32 scale per group of
-#: FLOAT8_GROUP values of a row (weight of one dimension; float8.py); with a
-#: residual operand, of x + residual, which comes last.
+#: FLOAT8_GROUP values of a row (weight of one dimension; float8.py); bound
+#: with residual=True, of x + residual, which comes last.
 rms_norm_fp8_fwd_p, rms_norm_fp8_fwd_shard_p = _partitioned("rms_norm_fp8_fwd")
 
 #: The same with a float32 scale per row given, the last operand (a tensor's
@@ -158,9 +160,7 @@ class Layout:
     (inv_rms_dtype of x's), ``"float8"``, ``"float32"``; for an operand, a
     tuple of those (any of them), or None (any dtype).
 
-    `x` is the operand of kind "x" whose shape and sharding the rows keep;
-    `residual`, whether a residual operand is added to x (the third), which
-    the handlers take as variants of their own (lowering.py).
+    `x` is the operand of kind "x" whose shape and sharding the rows keep.
     """
 
     operands: tuple
@@ -168,7 +168,6 @@ class Layout:
     operand_dtypes: tuple
     result_dtypes: tuple
     x: int = 0
-    residual: bool = False
 
     def abstract_eval(self, operands, params):
         """The results' types, of shapes and dtypes that follow from the
@@ -180,8 +179,8 @@ class Layout:
                   "groups": (*leading, weight.shape[-1] // FLOAT8_GROUP)}
         dtypes = {"x": x.dtype, "weight": weight.dtype, "inv_rms": inv_rms_dtype(x.dtype),
                   "y": params.get("out_dtype") or weight.dtype, **_FIXED_DTYPES}
-        for operand, kind, dtype in zip(operands, self.operands, self.operand_dtypes,
-                                        strict=True):
+        assert len(operands) == len(self.operands), (self.operands, operands)
+        for operand, kind, dtype in zip(operands, self.operands, self.operand_dtypes):
             assert operand.shape == shapes[kind], (kind, operands)
             allowed = dtype if isinstance(dtype, tuple) else (dtype,)
             assert dtype is None or operand.dtype in [dtypes[d] for d in allowed], (
@@ -192,19 +191,33 @@ class Layout:
 
 @dataclasses.dataclass(frozen=True)
 class Description:
-    """A primitive: its layouts by number of operands (a residual operand is
-    one more), and the per-shard primitive that custom partitioning splits it
-    into (None: not partitioned)."""
+    """A primitive: its layout; the per-shard primitive that custom
+    partitioning splits it into (None: not partitioned); and where it has a
+    variant with a residual operand (the third, added to x first), that
+    variant's layout, which a bind with the parameter ``residual=True`` takes."""
 
-    layouts: dict
+    layout: Layout
     shard: Primitive | None = None
+    residual: Layout | None = None
+
+    def layout_of(self, params):
+        """The layout of a bind with `params` (the one place that reads
+        ``residual``; every rule asks here)."""
+        if not params.get("residual", False):
+            return self.layout
+        assert self.residual is not None, "this primitive has no residual variant"
+        return self.residual
+
+    def variants(self):
+        """{residual: layout} of every variant."""
+        return {False: self.layout, **({True: self.residual} if self.residual else {})}
 
 
 # Layout(kinds of the operands, of the results, dtypes of the operands, of
 # the results)
 _FORWARD = Layout(("x", "n"), ("x", "rows"), ("x", "weight"), ("y", "inv_rms"))
 _RESIDUAL_FORWARD = Layout(("x", "n", "x"), ("x", "rows", "x"), ("x", "weight", "x"),
-                           ("y", "inv_rms", "x"), residual=True)
+                           ("y", "inv_rms", "x"))
 _BACKWARD = Layout(("x", "rows", "x", "n"), ("x", "dn"),
                    (("weight", "x"), "inv_rms", "x", "weight"),  # dy: y's dtype, either
                    ("x", "weight"), x=2)
@@ -212,40 +225,39 @@ _FP8_RESULTS = ("float8", "inv_rms", "float32")
 
 #: Every primitive's description.
 DESCRIPTIONS = {
-    rms_norm_fwd_p: Description({2: _FORWARD, 3: _RESIDUAL_FORWARD}, rms_norm_fwd_shard_p),
-    rms_norm_bwd_p: Description({4: _BACKWARD}, rms_norm_bwd_shard_p),
+    rms_norm_fwd_p: Description(_FORWARD, rms_norm_fwd_shard_p, residual=_RESIDUAL_FORWARD),
+    rms_norm_bwd_p: Description(_BACKWARD, rms_norm_bwd_shard_p),
     rms_norm_fp8_fwd_p: Description(
-        {2: Layout(("x", "n"), ("x", "rows", "groups"), ("x", "weight"), _FP8_RESULTS),
-         3: Layout(("x", "n", "x"), ("x", "rows", "groups", "x"), ("x", "weight", "x"),
-                   (*_FP8_RESULTS, "x"), residual=True)},
-        rms_norm_fp8_fwd_shard_p),
+        Layout(("x", "n"), ("x", "rows", "groups"), ("x", "weight"), _FP8_RESULTS),
+        rms_norm_fp8_fwd_shard_p,
+        residual=Layout(("x", "n", "x"), ("x", "rows", "groups", "x"), ("x", "weight", "x"),
+                        (*_FP8_RESULTS, "x"))),
     rms_norm_fp8_scaled_fwd_p: Description(
-        {3: Layout(("x", "n", "rows"), ("x", "rows", "groups"), ("x", "weight", "float32"),
-                   _FP8_RESULTS),
-         4: Layout(("x", "n", "x", "rows"), ("x", "rows", "groups", "x"),
-                   ("x", "weight", "x", "float32"), (*_FP8_RESULTS, "x"), residual=True)},
-        rms_norm_fp8_scaled_fwd_shard_p),
+        Layout(("x", "n", "rows"), ("x", "rows", "groups"), ("x", "weight", "float32"),
+               _FP8_RESULTS),
+        rms_norm_fp8_scaled_fwd_shard_p,
+        residual=Layout(("x", "n", "x", "rows"), ("x", "rows", "groups", "x"),
+                        ("x", "weight", "x", "float32"), (*_FP8_RESULTS, "x"))),
     rms_norm_from_fp8_fwd_p: Description(
-        {3: Layout(("x", "n", "groups"), ("x", "rows"), ("float8", "weight", "float32"),
-                   ("weight", "float32"))},
+        Layout(("x", "n", "groups"), ("x", "rows"), ("float8", "weight", "float32"),
+               ("weight", "float32")),
         rms_norm_from_fp8_fwd_shard_p),
     rms_norm_from_fp8_bwd_p: Description(
-        {5: Layout(("x", "rows", "x", "n", "groups"), ("x", "dn"),
-                   ("weight", "float32", "float8", "weight", "float32"), ("weight", "weight"),
-                   x=2)},
+        Layout(("x", "rows", "x", "n", "groups"), ("x", "dn"),
+               ("weight", "float32", "float8", "weight", "float32"), ("weight", "weight"), x=2),
         rms_norm_from_fp8_bwd_shard_p),
     rms_norm_through_fp8_input_fwd_p: Description(
-        {2: Layout(("x", "n"), ("x", "rows", "x", "groups"), ("x", "weight"),
-                   ("weight", "float32", "float8", "float32"))},
+        Layout(("x", "n"), ("x", "rows", "x", "groups"), ("x", "weight"),
+               ("weight", "float32", "float8", "float32")),
         rms_norm_through_fp8_input_fwd_shard_p),
     # (the tangents of x and the weight: of any dtype their primal's
     # tangent has)
     rms_norm_tangent_p: Description(
-        {5: Layout(("x", "n", "rows", "x", "n"), ("x",),
-                   ("x", "weight", "inv_rms", None, None), ("y",))}),
+        Layout(("x", "n", "rows", "x", "n"), ("x",), ("x", "weight", "inv_rms", None, None),
+               ("y",))),
     rms_norm_from_fp8_tangent_p: Description(
-        {6: Layout(("x", "n", "groups", "rows", "x", "n"), ("x",),
-                   ("float8", "weight", "float32", "float32", None, None), ("weight",))}),
+        Layout(("x", "n", "groups", "rows", "x", "n"), ("x",),
+               ("float8", "weight", "float32", "float32", None, None), ("weight",))),
 }
 #: The partitioned primitive of each per-shard one.
 _PARTITIONED = {d.shard: p for p, d in DESCRIPTIONS.items() if d.shard is not None}

@@ -20,20 +20,25 @@ from gpu_ops.validation import (check_float8_scale, check_float8_weight,
                                  check_read_back_dtype)
 
 
-def _from_primitive(*operands_and_eps):
+def _from_primitive(residual):
     """(values, scales, [x + residual]) from the quantised forward primitive."""
-    *operands, eps = operands_and_eps
-    values, _, scales, *total = rms_norm_fp8_fwd_p.bind(*operands, eps=eps)
-    return (values, scales, *total)
+    def forward(*operands_and_eps):
+        *operands, eps = operands_and_eps
+        values, _, scales, *total = rms_norm_fp8_fwd_p.bind(*operands, eps=eps,
+                                                            residual=residual)
+        return (values, scales, *total)
+    return forward
 
 
-def _from_scaled_primitive(*operands_and_eps):
+def _from_scaled_primitive(residual):
     """(values, groups' largest |y|, [x + residual]) from the primitive with a
     scale per row; the last operand is that scale as a column, (*rows, 1)."""
-    *operands, column, eps = operands_and_eps
-    values, _, largest, *total = rms_norm_fp8_scaled_fwd_p.bind(*operands, column[..., 0],
-                                                                eps=eps)
-    return (values, largest, *total)
+    def forward(*operands_and_eps):
+        *operands, column, eps = operands_and_eps
+        values, _, largest, *total = rms_norm_fp8_scaled_fwd_p.bind(
+            *operands, column[..., 0], eps=eps, residual=residual)
+        return (values, largest, *total)
+    return forward
 
 
 def _quantising_with_scale(defined):
@@ -100,9 +105,10 @@ def _routes(wrap):
 #: quantised to float8, and y read back from it, without and with a given
 #: scale (the scale's column the last operand). The FFI handlers quantise in
 #: the kernel.
-FP8 = {"primitives": _by_residual(_from_primitive, _from_primitive),
+FP8 = {"primitives": _by_residual(_from_primitive(False), _from_primitive(True)),
        **_routes(_quantising)}
-SCALED_FP8 = {"primitives": _by_residual(_from_scaled_primitive, _from_scaled_primitive),
+SCALED_FP8 = {"primitives": _by_residual(_from_scaled_primitive(False),
+                                         _from_scaled_primitive(True)),
               **_routes(_quantising_with_scale)}
 THROUGH_FP8 = {"primitives": _by_residual(autodiff.through_fp8, autodiff.residual_through_fp8),
                **_routes(_straight_through)}

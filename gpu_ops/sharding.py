@@ -145,7 +145,7 @@ def _partitioned(description, layout):
 
 def _lowering_through(description):
     """A lowering rule that hands the operands to the custom_partitioning
-    function of their layout (by their number).
+    function of their layout (``Description.layout_of`` the parameters).
 
     Inside ``shard_map`` the operands are one device's shards already, so the
     per-shard function is lowered as it is. custom_partitioning does the same
@@ -154,12 +154,12 @@ def _lowering_through(description):
     with shardings that name no mesh axes; XLA then gathers along the axes
     left automatic, if anything is split along them, before the call.
     """
-    partitioned = {count: _partitioned(description, layout)
-                   for count, layout in description.layouts.items()}
+    partitioned = {layout: _partitioned(description, layout)
+                   for layout in description.variants().values()}
 
     def lowering(ctx, *operands, eps, **params):
         manual = getattr(ctx.module_context.axis_context, "manual_axes", ())
-        chosen = partitioned[len(operands)]
+        chosen = partitioned[description.layout_of(params)]
         fn = chosen.fun if manual else chosen
         static = tuple(sorted(params.items()))
         return mlir.lower_fun(

@@ -16,10 +16,9 @@ DTYPE_ROLES = {"x", "weight", "y", "inv_rms", "float8", "float32", None}
 
 @pytest.mark.parametrize("primitive", list(DESCRIPTIONS), ids=lambda p: p.name)
 def test_every_layout_names_a_kind_and_a_dtype_for_each_operand_and_result(primitive):
-    for count, layout in DESCRIPTIONS[primitive].layouts.items():
-        assert len(layout.operands) == count
+    for layout in DESCRIPTIONS[primitive].variants().values():
         assert set(layout.operands) | set(layout.results) <= KINDS
-        assert len(layout.operand_dtypes) == count
+        assert len(layout.operand_dtypes) == len(layout.operands)
         assert len(layout.result_dtypes) == len(layout.results)
         # an operand may have any of several roles' dtypes (dy: the weight's or x's)
         operand_roles = {role for dtype in layout.operand_dtypes
@@ -27,6 +26,31 @@ def test_every_layout_names_a_kind_and_a_dtype_for_each_operand_and_result(primi
         assert operand_roles | set(layout.result_dtypes) <= DTYPE_ROLES
         assert None not in layout.result_dtypes  # every result has a dtype
         assert layout.operands[layout.x] == "x" and "n" in layout.operands
+
+
+@pytest.mark.parametrize("primitive", [p for p, d in DESCRIPTIONS.items() if d.residual],
+                         ids=lambda p: p.name)
+def test_a_residual_variant_adds_an_operand_like_x_third_and_returns_the_sum_last(primitive):
+    plain, residual = DESCRIPTIONS[primitive].variants().values()
+    operands = list(plain.operands)
+    operands.insert(2, "x")
+    assert residual.operands == tuple(operands)
+    assert residual.results == (*plain.results, "x")
+    assert DESCRIPTIONS[primitive].layout_of({"residual": True}) is residual
+    assert DESCRIPTIONS[primitive].layout_of({}) is plain
+
+
+def test_the_residual_variant_is_chosen_by_the_parameter_not_the_operand_count():
+    x = jax.ShapeDtypeStruct((4, 256), jnp.bfloat16)
+    weight = jax.ShapeDtypeStruct((256,), jnp.bfloat16)
+    y, inv_rms, total = jax.eval_shape(partial(primitives.rms_norm_fwd_p.bind, eps=1e-5,
+                                               residual=True), x, weight, x)
+    assert total.shape == x.shape and inv_rms.shape == (4,)
+    with pytest.raises(AssertionError):  # three operands, bound as the plain forward
+        jax.eval_shape(partial(primitives.rms_norm_fwd_p.bind, eps=1e-5), x, weight, x)
+    with pytest.raises(AssertionError):  # no residual variant
+        jax.eval_shape(partial(primitives.rms_norm_bwd_p.bind, eps=1e-5, residual=True),
+                       x, inv_rms, x, weight)
 
 
 def test_the_types_follow_from_the_layout():
