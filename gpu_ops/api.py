@@ -7,7 +7,7 @@ from gpu_ops.validation import check_out_dtype
 
 
 def rms_norm(x, weight, eps=1e-5, *, residual=None, out_dtype=None,
-             implementation="primitives"):
+             implementation="ffi"):
     """RMS-normalise ``x`` over its trailing ``weight.ndim`` axes and scale by ``weight``.
 
     ``y = x / sqrt(mean(x**2 over those axes) + eps) * weight``
@@ -32,11 +32,12 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, out_dtype=None,
         y back in bfloat16 for its next matmul: with ``out_dtype=x.dtype``
         the kernel writes it so, computed in float32 and rounded once, where
         converting the float32 y would take a second pass.
-      implementation: "primitives" (explicit JAX primitives with their rules)
-        or "hijax" (one ``jax.experimental.hijax`` class), which call the
-        same C++ and CUDA kernels; or "pallas", the explicit primitives with
-        kernels written in Pallas (Mosaic GPU on NVIDIA GPUs of sm_90 or
-        newer, Pallas' interpret mode on CPUs). A Pallas kernel's grid is
+      implementation: "ffi" (explicit JAX primitives with their rules,
+        lowered to the C++ and CUDA kernels through XLA's FFI) or "hijax"
+        (one ``jax.experimental.hijax`` class calling the same kernels); or
+        "pallas", the same primitives lowered to kernels written in Pallas
+        (Mosaic GPU on NVIDIA GPUs of sm_90 or newer, Pallas' interpret
+        mode on CPUs). A Pallas kernel's grid is
         its number of rows, so "pallas" needs concrete shapes: exporting it
         with a symbolic dimension of x raises NotImplementedError.
 

@@ -42,10 +42,10 @@ def _straight_through(defined):
 
 #: By implementation: the norm of float8 values with their scales, and of
 #: x quantised to them with y's gradient passed straight through to x.
-FROM_FP8 = {"primitives": _from_primitive,
+FROM_FP8 = {"ffi": _from_primitive,
             **{name: _dequantising(IMPLEMENTATIONS[name]) for name in ("hijax", "pallas")}}
 THROUGH_FP8_INPUT = {
-    "primitives": autodiff.through_fp8_input,
+    "ffi": autodiff.through_fp8_input,
     **{name: _straight_through(IMPLEMENTATIONS[name]) for name in ("hijax", "pallas")}}
 
 
@@ -62,7 +62,7 @@ def _no_derivative(name, eps, primals, tangents):
                     "gradient straight through the quantisation to x")
 
 
-def rms_norm_from_fp8(values, scales, weight, eps=1e-5, *, implementation="primitives"):
+def rms_norm_from_fp8(values, scales, weight, eps=1e-5, *, implementation="ffi"):
     """``rms_norm(x, weight, eps)`` of the x that float8 ``values`` and their
     ``scales`` stand for: ``values * scales`` per group of 128 values of a
     row (``gpu_ops.float8``: the layout :func:`gpu_ops.rms_norm_fp8`
@@ -71,7 +71,7 @@ def rms_norm_from_fp8(values, scales, weight, eps=1e-5, *, implementation="primi
     ``values`` is float8_e4m3fn, ``scales`` float32 of shape
     ``(*values.shape[:-1], values.shape[-1] // 128)``, and the weight one
     axis of float16, bfloat16 or float32, a multiple of 128 long. Returns y
-    in the weight's dtype. With the "primitives" implementation the kernel
+    in the weight's dtype. With the "ffi" implementation the kernel
     dequantises the values as it reads them. Forward only: for a gradient,
     :func:`rms_norm_through_fp8_input`. Works under ``jit``, ``vmap`` and
     sharding as ``rms_norm`` does.
@@ -86,13 +86,13 @@ def rms_norm_from_fp8(values, scales, weight, eps=1e-5, *, implementation="primi
     return on_their_devices(forward_only, (values, weight, scales), eps)
 
 
-def rms_norm_through_fp8_input(x, weight, eps=1e-5, *, implementation="primitives"):
+def rms_norm_through_fp8_input(x, weight, eps=1e-5, *, implementation="ffi"):
     """``rms_norm(x, weight, eps)`` of x as it reads after float8
     quantisation in groups of 128 values of a row (``gpu_ops.float8``): the
     norm of a float8 activation, as a float8 training step keeps it.
 
     jnp quantises x (XLA fuses that into whatever computes x); with the
-    "primitives" implementation the kernels then read the float8 values and
+    "ffi" implementation the kernels then read the float8 values and
     their scales, in the forward and in the backward, which keeps them
     instead of x. The gradient passes straight through the quantisation,
     the convention of float8 training: x's gradient is that of the

@@ -37,9 +37,11 @@ def _residual_before_hijax(x, weight, residual, eps, out_dtype=None):
 
 
 #: The ways the operation is defined, by name (chapter 11 compares them):
-#: each a function of (x, weight, eps, out_dtype=None).
+#: each a function of (x, weight, eps, out_dtype=None). "ffi" and "pallas"
+#: are also the names of what the primitives lower to (their parameter
+#: kernels), so that a route has one name from the public call to the lowering.
 IMPLEMENTATIONS = {
-    "primitives": _with_ffi_kernels,  # explicit primitives with their rules
+    "ffi": _with_ffi_kernels,  # explicit primitives, lowered to the FFI kernels
     "hijax": hijax_route.rms_norm,  # one jax.experimental.hijax class
     "pallas": _with_pallas_kernels,  # the primitives, lowered to Pallas kernels
 }
@@ -47,7 +49,7 @@ IMPLEMENTATIONS = {
 #: the Pallas kernels normalise the sum XLA adds up, and the HiJAX class
 #: takes it as its x.
 WITH_RESIDUAL = {
-    "primitives": _residual_with_ffi_kernels,
+    "ffi": _residual_with_ffi_kernels,
     "hijax": _residual_before_hijax,
     "pallas": _residual_with_pallas_kernels,
 }

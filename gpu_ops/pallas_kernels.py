@@ -170,7 +170,7 @@ def _concrete_rows(x, weight):
         raise NotImplementedError(
             f"rms_norm: implementation='pallas' needs concrete shapes (a Pallas "
             f"kernel's grid is its number of rows), got the symbolic leading "
-            f"shape {rows}; export with implementation='primitives'")
+            f"shape {rows}; export with implementation='ffi'")
     return math.prod(rows)
 
 

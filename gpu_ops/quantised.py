@@ -105,15 +105,15 @@ def _routes(wrap):
 #: quantised to float8, and y read back from it, without and with a given
 #: scale (the scale's column the last operand). The FFI handlers quantise in
 #: the kernel.
-FP8 = {"primitives": _by_residual(_from_primitive(False), _from_primitive(True)),
+FP8 = {"ffi": _by_residual(_from_primitive(False), _from_primitive(True)),
        **_routes(_quantising)}
-SCALED_FP8 = {"primitives": _by_residual(_from_scaled_primitive(False),
+SCALED_FP8 = {"ffi": _by_residual(_from_scaled_primitive(False),
                                          _from_scaled_primitive(True)),
               **_routes(_quantising_with_scale)}
-THROUGH_FP8 = {"primitives": _by_residual(autodiff.through_fp8, autodiff.residual_through_fp8),
+THROUGH_FP8 = {"ffi": _by_residual(autodiff.through_fp8, autodiff.residual_through_fp8),
                **_routes(_straight_through)}
 SCALED_THROUGH_FP8 = {
-    "primitives": _by_residual(autodiff.scaled_through_fp8,
+    "ffi": _by_residual(autodiff.scaled_through_fp8,
                                autodiff.residual_scaled_through_fp8),
     **_routes(_straight_through_with_scale)}
 
@@ -146,7 +146,7 @@ def _checked(function, x, weight, eps, residual, scale, implementation):
 
 
 def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, scale=None,
-                 implementation="primitives"):
+                 implementation="ffi"):
     """``rms_norm(x, weight, eps)`` quantised to float8_e4m3fn for the next
     matmul, in groups of 128 values of a row that share a float32 scale, or
     with one scale given for the whole tensor.
@@ -160,7 +160,7 @@ def rms_norm_fp8(x, weight, eps=1e-5, *, residual=None, scale=None,
     saturating at +-448, and y's largest magnitude (over every device's
     rows), for the next scale. With ``residual``, of ``x + residual``, and
     that sum too, last. The weight must be one axis, a multiple of 128
-    long. With the "primitives" implementation y is quantised in the
+    long. With the "ffi" implementation y is quantised in the
     kernel, from float32, without being written out first. Forward only:
     for a gradient, :func:`rms_norm_through_fp8`. Works under ``jit``,
     ``vmap`` and sharding as ``rms_norm`` does.
@@ -183,7 +183,7 @@ def _amax(largest):
 
 
 def rms_norm_through_fp8(x, weight, eps=1e-5, *, residual=None, scale=None, dtype=None,
-                         implementation="primitives"):
+                         implementation="ffi"):
     """``rms_norm(x, weight, eps)`` as the next matmul sees it after float8
     quantisation: :func:`rms_norm_fp8`'s values times their scales, in
     ``dtype`` (the weight's by default; float32 keeps the read-back exact,

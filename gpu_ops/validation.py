@@ -136,7 +136,7 @@ def check_pallas_gpus():
             raise NotImplementedError(
                 f"rms_norm: implementation='pallas' compiles its kernels with Mosaic "
                 f"GPU, which needs sm_90 or newer; {device.device_kind} is "
-                f"sm_{capability.replace('.', '')}: use implementation='primitives'")
+                f"sm_{capability.replace('.', '')}: use implementation='ffi'")
 
 
 def check_implementation(implementation, known, function):

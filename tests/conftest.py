@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         implementation = _implementation_of(item)
         if "runs_every_implementation" in item.keywords and implementation not in (
-                "", "primitives"):
+                "", "ffi"):
             item.add_marker(pytest.mark.skip(
                 reason="its test process runs every implementation: once is enough"))
         if implementation != "pallas":

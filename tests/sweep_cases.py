@@ -293,8 +293,8 @@ def _run_float8_out(x, weight, residual, check):
             lambda x, w, r: gpu_ops.rms_norm_fp8(x, w, residual=r, scale=scale))(x, weight, r)[:2]
         jax.block_until_ready((values, scales, scaled, largest))
         if check:
-            test_float8._check_quantised(values, scales, total, weight, "primitives")
-            test_float8._check_scaled(scaled, largest, total, weight, scale, "primitives")
+            test_float8._check_quantised(values, scales, total, weight, "ffi")
+            test_float8._check_scaled(scaled, largest, total, weight, scale, "ffi")
 
 
 def _run_float8_in(x, weight, dy, check):

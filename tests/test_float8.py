@@ -30,7 +30,7 @@ def _assert_same_quantised(got, want, implementation):
     way in one compiled function and not in another: at most one float8
     step apart, and rarely."""
     got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
-    if implementation == "primitives":
+    if implementation == "ffi":
         np.testing.assert_array_equal(got, want)
         return
     assert np.mean(got != want) < 0.02
@@ -47,7 +47,7 @@ def _check_quantised(values, scales, x, weight, implementation):
     largest = np.abs(y).max(axis=-1)
     expected_scales = np.where(largest > 0, largest / 448, 1.0)
     accumulator = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
-    y_dtypes = [accumulator] + ([] if implementation == "primitives" else [weight.dtype])
+    y_dtypes = [accumulator] + ([] if implementation == "ffi" else [weight.dtype])
     # and the scales are float32
     tol = max(TOLERANCE[jnp.dtype(t)] for t in (*y_dtypes, jnp.float32))
     np.testing.assert_allclose(scales, expected_scales, rtol=tol)
@@ -81,7 +81,7 @@ def test_a_group_of_zeros_has_scale_one(implementation):
 
 
 def test_the_cpu_rounding_is_float8s_own(implementation):
-    if implementation != "primitives" or jax.default_backend() != "cpu":
+    if implementation != "ffi" or jax.default_backend() != "cpu":
         pytest.skip("the C++ kernel's conversion to float8")
     # y / scale over every float8 value, the midpoints between them (ties go
     # to the even one) and the float32 values just beside those, a group of
@@ -317,7 +317,7 @@ def _check_scaled(values, amax, x, weight, scale, implementation):
     assert amax.dtype == jnp.float32 and amax.shape == ()
     y = reference.forward(x, weight)
     accumulator = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
-    y_dtypes = [accumulator] + ([] if implementation == "primitives" else [weight.dtype])
+    y_dtypes = [accumulator] + ([] if implementation == "ffi" else [weight.dtype])
     tol = max(TOLERANCE[jnp.dtype(t)] for t in (*y_dtypes, jnp.float32))
     np.testing.assert_allclose(amax, np.abs(y).max(), rtol=tol)
     q = np.asarray(values).astype(np.float64)
@@ -488,7 +488,7 @@ def test_read_back_in_float32_is_exact_and_its_gradient_the_norms(scale, residua
     values, scales, *_ = gpu_ops.rms_norm_fp8(x, weight, **options)
     read_back = (float8.dequantize(values, scales) if scale is None
                  else np.asarray(values, np.float32) * np.float32(scale))
-    if implementation == "primitives":
+    if implementation == "ffi":
         np.testing.assert_array_equal(wide, read_back)
     else:
         _assert_same_quantised(np.float32(wide).round(5), np.float32(read_back).round(5),

@@ -113,7 +113,7 @@ def test_a_second_derivative_is_a_clear_error_or_the_jnp_routes(implementation):
         dx = jax.grad(lambda x: jnp.sum(gpu_ops.rms_norm_through_fp8_input(x, weight) * dy))(x)
         return jnp.sum(dx * dx)
 
-    if implementation == "primitives":
+    if implementation == "ffi":
         with pytest.raises(NotImplementedError, match="Differentiation rule for .rms_norm_"):
             jax.grad(grad_norm)(x)
         return
@@ -210,7 +210,7 @@ def test_the_kernels_read_float8_forward_and_backward(platform, implementation):
     grad = jax.jit(jax.grad(lambda x: jnp.sum(gpu_ops.rms_norm_through_fp8_input(x, weight))))
     text = grad.trace(x).lower(lowering_platforms=(platform,)).as_text()
     calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
-    if implementation != "primitives":  # XLA dequantises; the norm's own calls
+    if implementation != "ffi":  # XLA dequantises; the norm's own calls
         assert not any("from_fp8" in call for call in calls)
         return
     forward, backward = calls

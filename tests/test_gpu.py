@@ -403,7 +403,7 @@ def test_fp8_forward_over_the_row_lengths(shape, dtype, weight_dtype, implementa
     values, scales = gpu_ops.rms_norm_fp8(x, weight)
     y = jnp.asarray(reference.forward(x, weight), jnp.float32)
     scale_rtol = 1e-5
-    if implementation != "primitives":
+    if implementation != "ffi":
         y = y.astype(weight.dtype).astype(jnp.float32)
         scale_rtol = max(scale_rtol, float(jnp.finfo(weight.dtype).eps))
     expected_values, expected_scales = float8.quantize(y)
@@ -421,7 +421,7 @@ def test_fp8_forward_with_a_given_scale(shape, dtype, weight_dtype, implementati
     x, weight, _ = random_inputs(shape, dtype, seed=10)
     weight = weight.astype(weight_dtype or dtype)
     y = jnp.asarray(reference.forward(x, weight), jnp.float32)
-    if implementation != "primitives":
+    if implementation != "ffi":
         y = y.astype(weight.dtype).astype(jnp.float32)
     scale = float(jnp.max(jnp.abs(y))) / 600
     values, amax = gpu_ops.rms_norm_fp8(x, weight, scale=scale)
@@ -449,7 +449,7 @@ def test_fp8_input_over_the_row_lengths(shape, weight_dtype, implementation):
     read_back = np.asarray(float8.dequantize(values, scales), np.float64)
     y, pullback = jax.vjp(gpu_ops.rms_norm_through_fp8_input, x, weight)
     assert_close(y, reference.forward(read_back, weight))
-    if implementation == "primitives":  # the same kernel
+    if implementation == "ffi":  # the same kernel
         np.testing.assert_array_equal(y, gpu_ops.rms_norm_from_fp8(values, scales, weight))
     dx, dweight = pullback(dy)
     expected_dx, expected_dweight = reference.vjp(read_back, weight, dy)
