@@ -11,15 +11,18 @@ import numpy as np
 from gpu_ops import _native
 from gpu_ops.primitives import inv_rms_dtype
 
-FORWARD_TARGET = "gpu_ops_rms_norm_fwd"
-RESIDUAL_FORWARD_TARGET = "gpu_ops_rms_norm_residual_fwd"
-FP8_FORWARD_TARGET = "gpu_ops_rms_norm_fp8_fwd"
-RESIDUAL_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_residual_fp8_fwd"
-SCALED_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_fp8_scaled_fwd"
-RESIDUAL_SCALED_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_residual_fp8_scaled_fwd"
-BACKWARD_TARGET = "gpu_ops_rms_norm_bwd"
-FROM_FP8_FORWARD_TARGET = "gpu_ops_rms_norm_from_fp8_fwd"
-FROM_FP8_BACKWARD_TARGET = "gpu_ops_rms_norm_from_fp8_bwd"
+# The targets' names are written once, in the list of csrc/ffi/ffi_targets.h;
+# here each is looked up by the name of its handlers there.
+_NAMES = _native.target_names()
+FORWARD_TARGET = _NAMES["Forward"]
+RESIDUAL_FORWARD_TARGET = _NAMES["ResidualForward"]
+FP8_FORWARD_TARGET = _NAMES["QuantisedForward"]
+RESIDUAL_FP8_FORWARD_TARGET = _NAMES["ResidualQuantisedForward"]
+SCALED_FP8_FORWARD_TARGET = _NAMES["ScaledQuantisedForward"]
+RESIDUAL_SCALED_FP8_FORWARD_TARGET = _NAMES["ResidualScaledQuantisedForward"]
+BACKWARD_TARGET = _NAMES["Backward"]
+FROM_FP8_FORWARD_TARGET = _NAMES["FromFloat8Forward"]
+FROM_FP8_BACKWARD_TARGET = _NAMES["FromFloat8Backward"]
 
 #: Whether the CUDA kernels were compiled into this build of gpu_ops.
 CUDA_COMPILED: bool = _native.cuda_compiled

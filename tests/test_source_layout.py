@@ -26,3 +26,6 @@ def test_every_target_of_the_list_is_registered_on_every_platform():
         assert sorted(targets) == sorted(listed)
     named = {value for key, value in vars(ffi_targets).items() if key.endswith("_TARGET")}
     assert named == set(listed)  # the Python side names each, and no other
+    assert sorted(_native.target_names().values()) == sorted(listed)
+    python = (CSRC.parent / "ffi_targets.py").read_text()
+    assert not [name for name in listed if name in python]  # looked up, not written again

@@ -41,6 +41,16 @@ py::dict Targets() {
   return targets;
 }
 
+// {handler name: target name} of ffi_targets.h's list, where each target's
+// name is written: the Python side takes the names from here.
+py::dict TargetNames() {
+  py::dict names;
+#define GPU_OPS_TARGET_NAME(name, target, ...) names[#name] = target;
+  GPU_OPS_FFI_TARGETS(GPU_OPS_TARGET_NAME)
+#undef GPU_OPS_TARGET_NAME
+  return names;
+}
+
 // The operands of a call on (rows, row_length) x and weight of `dtype`
 // (x's, or "<x's>/float32" for a float32 weight), with the scratch the
 // lowering gives it (XLA's buffers are 16-byte aligned).
@@ -218,6 +228,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("targets", &Targets,
         "{XLA platform name: {target name: FFI handler capsule}} for every "
         "platform compiled in.");
+  m.def("target_names", &TargetNames,
+        "{handler name of ffi_targets.h (RmsNorm<name>Cpu, RmsNorm<name>Cuda): "
+        "FFI target name}.");
 #ifdef GPU_OPS_WITH_CUDA
   m.attr("cuda_compiled") = true;
 #else
