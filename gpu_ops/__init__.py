@@ -12,7 +12,7 @@ the pieces the book builds chapter by chapter:
 - ``lowering``: lowering the primitives to XLA FFI custom calls;
 - ``autodiff``: forward and reverse mode, from one JVP rule;
 - ``hijax_route``: the same operation as one ``jax.experimental.hijax`` class;
-- ``higher_order``: derivatives of the gradient (JVP rules in jnp);
+- ``higher_order``: the primitives' JVP rules in jnp, for derivatives of the gradient;
 - ``maths_in_jnp``: what each custom call computes, in jax.numpy;
 - ``batching``: the vmap rules;
 - ``sharding``: custom partitioning across devices;

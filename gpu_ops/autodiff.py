@@ -36,10 +36,18 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
-from gpu_ops import float8, higher_order, maths_in_jnp
-from gpu_ops.primitives import (rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
+from gpu_ops import float8
+from gpu_ops.primitives import (rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8_scaled_fwd_p,
                                 rms_norm_from_fp8_bwd_p, rms_norm_from_fp8_tangent_p,
-                                rms_norm_tangent_p, rms_norm_through_fp8_input_fwd_p)
+                                rms_norm_fwd_p, rms_norm_tangent_p,
+                                rms_norm_through_fp8_input_fwd_p)
+
+
+def forward(operands, eps, kernels="ffi", out_dtype=None, residual=False):
+    """The forward primitive's results: y and inv_rms, then x + residual
+    where a residual operand is added."""
+    return tuple(rms_norm_fwd_p.bind(*operands, eps=eps, kernels=kernels,
+                                     out_dtype=out_dtype, residual=residual))
 
 
 def tangent(x, weight, inv_rms, dx, dweight, eps, kernels="ffi", out_dtype=None):
@@ -56,24 +64,24 @@ def _input_tangent(tangents):
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
 def rms_norm(x, weight, eps, kernels="ffi", out_dtype=None):
-    return higher_order.forward(x, weight, eps, kernels, out_dtype)[0]
+    return forward((x, weight), eps, kernels, out_dtype)[0]
 
 
 @rms_norm.defjvp
 def _rms_norm_jvp(eps, kernels, out_dtype, primals, tangents):
-    y, inv_rms = higher_order.forward(*primals, eps, kernels, out_dtype)
+    y, inv_rms = forward(primals, eps, kernels, out_dtype)
     return y, tangent(*primals, inv_rms, *tangents, eps, kernels, out_dtype)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
 def rms_norm_residual(x, weight, residual, eps, kernels="ffi", out_dtype=None):
-    y, _, total = higher_order.residual_forward(x, weight, residual, eps, kernels, out_dtype)
+    y, _, total = forward((x, weight, residual), eps, kernels, out_dtype, residual=True)
     return y, total
 
 
 @rms_norm_residual.defjvp
 def _rms_norm_residual_jvp(eps, kernels, out_dtype, primals, tangents):
-    y, inv_rms, total = higher_order.residual_forward(*primals, eps, kernels, out_dtype)
+    y, inv_rms, total = forward(primals, eps, kernels, out_dtype, residual=True)
     dtotal = _input_tangent(tangents)
     dy = tangent(total, primals[1], inv_rms, dtotal, tangents[1], eps, kernels, out_dtype)
     return (y, total), (dy, dtotal)
@@ -178,7 +186,7 @@ def _tangent_transpose(cotangents, x, weight, inv_rms, dx, dweight, *, eps, kern
     del out_dtype  # (the cotangent's dtype)
     assert _linear_operands(x, weight, inv_rms) == [False] * 3
     dy = ad.instantiate_zeros(cotangents[0])
-    ct_x, ct_weight = higher_order.backward(dy, inv_rms, x, weight, eps, kernels)
+    ct_x, ct_weight = rms_norm_bwd_p.bind(dy, inv_rms, x, weight, eps=eps, kernels=kernels)
     wanted = _linear_operands(dx, dweight)
     return (None, None, None,
             ct_x if wanted[0] else None, ct_weight if wanted[1] else None)
@@ -196,21 +204,3 @@ def _from_fp8_tangent_transpose(cotangents, values, weight, scales, inv_rms, dx3
 
 ad.primitive_transposes[rms_norm_tangent_p] = _tangent_transpose
 ad.primitive_transposes[rms_norm_from_fp8_tangent_p] = _from_fp8_tangent_transpose
-
-
-def _tangent_jvp(primitive, in_jnp):
-    """The JVP rule of a tangent primitive (for derivatives of derivatives:
-    ``jacfwd`` of ``jacfwd``, ``jacrev`` of ``jacfwd``): its value from the
-    primitive, its tangent from the same maths in jnp."""
-    def jvp(primals, tangents, **params):
-        tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
-        _, out_tangent = jax.jvp(partial(in_jnp, out_dtype=params.get("out_dtype")),
-                                 tuple(primals), tangents)
-        return primitive.bind(*primals, **params), [out_tangent]
-    return jvp
-
-
-ad.primitive_jvps[rms_norm_tangent_p] = _tangent_jvp(
-    rms_norm_tangent_p, maths_in_jnp.tangent_in_jnp)
-ad.primitive_jvps[rms_norm_from_fp8_tangent_p] = _tangent_jvp(
-    rms_norm_from_fp8_tangent_p, maths_in_jnp.from_fp8_tangent_in_jnp)

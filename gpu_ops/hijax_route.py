@@ -14,7 +14,8 @@ import jax.numpy as jnp
 from jax.experimental import hijax
 from jax.interpreters import ad
 
-from gpu_ops import autodiff, higher_order
+from gpu_ops import autodiff
+from gpu_ops.primitives import rms_norm_bwd_p
 
 
 class RmsNorm(hijax.HiPrim):
@@ -28,10 +29,10 @@ class RmsNorm(hijax.HiPrim):
         super().__init__()
 
     def expand(self, x, weight):
-        return higher_order.forward(x, weight, self.eps, "ffi", self.out_dtype)[0]
+        return autodiff.forward((x, weight), self.eps, "ffi", self.out_dtype)[0]
 
     def jvp(self, primals, tangents):
-        y, inv_rms = higher_order.forward(*primals, self.eps, "ffi", self.out_dtype)
+        y, inv_rms = autodiff.forward(primals, self.eps, "ffi", self.out_dtype)
         dx, dweight = (ad.instantiate_zeros(t) for t in tangents)
         return y, autodiff.tangent(*primals, inv_rms, dx, dweight, self.eps, "ffi",
                                    self.out_dtype)
@@ -41,12 +42,12 @@ class RmsNorm(hijax.HiPrim):
 
     def vjp_fwd(self, nonzero_tangents, x, weight):
         del nonzero_tangents
-        y, inv_rms = higher_order.forward(x, weight, self.eps, "ffi", self.out_dtype)
+        y, inv_rms = autodiff.forward((x, weight), self.eps, "ffi", self.out_dtype)
         return y, (inv_rms, x, weight)
 
     def vjp_bwd_retval(self, residuals, dy):
         inv_rms, x, weight = residuals
-        return higher_order.backward(dy, inv_rms, x, weight, self.eps)
+        return tuple(rms_norm_bwd_p.bind(dy, inv_rms, x, weight, eps=self.eps, kernels="ffi"))
 
     def batch(self, axis_data, args, dims):
         x, weight = args

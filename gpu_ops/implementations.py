@@ -4,9 +4,9 @@ operands checked, then the implementation run on their devices."""
 
 import jax.numpy as jnp
 
-# Importing these registers the FFI targets, lowerings, vmap rules and
-# partitioning rules of the primitives.
-from gpu_ops import batching, hijax_route, lowering, sharding  # noqa: F401
+# Importing these registers the FFI targets, lowerings, vmap rules,
+# partitioning rules and second-order rules of the primitives.
+from gpu_ops import batching, higher_order, hijax_route, lowering, sharding  # noqa: F401
 from gpu_ops import autodiff
 from gpu_ops.sharding import over_explicit_axes, vary_alike
 from gpu_ops.validation import (check_implementation, check_pallas_gpus, check_residual,

@@ -1,7 +1,7 @@
 """What each custom call computes, written in jax.numpy: the reference the
 kernels are held to, and the maths from which JAX takes what the kernels do
-not give it: the forward's and the backward's tangents (higher_order.py,
-for derivatives of the gradient), and the tangent primitive's value
+not give it: the primitives' tangents (higher_order.py, for derivatives
+of the gradient), and the tangent primitive's value
 (autodiff.py's rule, and its lowering on a CPU, lowering.py)."""
 
 import jax
