@@ -45,9 +45,11 @@ from gpu_ops.primitives import (rms_norm_bwd_p, rms_norm_fp8_fwd_p, rms_norm_fp8
 
 def forward(operands, eps, kernels="ffi", out_dtype=None, residual=False):
     """The forward primitive's results: y and inv_rms, then x + residual
-    where a residual operand is added."""
+    where a residual operand is added. A plain forward leaves the parameter
+    residual out (its default), so that its jaxprs stay short."""
+    variant = {"residual": True} if residual else {}
     return tuple(rms_norm_fwd_p.bind(*operands, eps=eps, kernels=kernels,
-                                     out_dtype=out_dtype, residual=residual))
+                                     out_dtype=out_dtype, **variant))
 
 
 def tangent(x, weight, inv_rms, dx, dweight, eps, kernels="ffi", out_dtype=None):
