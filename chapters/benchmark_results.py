@@ -48,6 +48,12 @@ def decoding_steps():
     return steps
 
 
+def run_heading(record):
+    """What ran where, from a run's record: device, JAX version, commit, date."""
+    return (f"**{record['device']}**, JAX {record['jax_version']}, commit "
+            f"`{record['commit'][:7]}`, {record['date'][:10]}")
+
+
 def of_copy(record):
     """The record's bandwidth as a fraction of the copy bandwidth of its run."""
     return record["gbps"] / record["copy_gbps"]

@@ -201,8 +201,9 @@ class Description:
     residual: Layout | None = None
 
     def layout_of(self, params):
-        """The layout of a bind with `params` (the one place that reads
-        ``residual``; every rule asks here)."""
+        """The layout of a bind with `params`: abstract evaluation, vmap and
+        partitioning ask here. (The lowering and higher_order.py read the
+        same parameter for the variant's FFI target and its maths in jnp.)"""
         if not params.get("residual", False):
             return self.layout
         assert self.residual is not None, "this primitive has no residual variant"
