@@ -15,11 +15,7 @@ from gpu_ops.primitives import inv_rms_dtype
 # here each is looked up by the name of its handlers there.
 _NAMES = _native.target_names()
 FORWARD_TARGET = _NAMES["Forward"]
-RESIDUAL_FORWARD_TARGET = _NAMES["ResidualForward"]
 FP8_FORWARD_TARGET = _NAMES["QuantisedForward"]
-RESIDUAL_FP8_FORWARD_TARGET = _NAMES["ResidualQuantisedForward"]
-SCALED_FP8_FORWARD_TARGET = _NAMES["ScaledQuantisedForward"]
-RESIDUAL_SCALED_FP8_FORWARD_TARGET = _NAMES["ResidualScaledQuantisedForward"]
 BACKWARD_TARGET = _NAMES["Backward"]
 FROM_FP8_FORWARD_TARGET = _NAMES["FromFloat8Forward"]
 FROM_FP8_BACKWARD_TARGET = _NAMES["FromFloat8Backward"]

@@ -1,7 +1,9 @@
 """Lowering the per-shard primitives to XLA FFI custom calls, per platform.
 
 ``eps`` becomes a typed float64 attribute of the custom call (the handlers
-declare ``Attr<double>("eps")``), so no opaque descriptor is needed. Where
+declare ``Attr<double>("eps")``), so no opaque descriptor is needed; a
+forward's variant (``residual``, and the quantised forward's given scales)
+becomes a bool attribute of the one target of its family. Where
 the primitive's ``kernels`` parameter is ``"pallas"``, it lowers to the
 Pallas kernels instead: compiled by Mosaic GPU on CUDA, run in Pallas'
 interpret mode on the CPU.
@@ -22,12 +24,7 @@ from gpu_ops.primitives import (rms_norm_bwd_shard_p, rms_norm_fp8_fwd_shard_p,
                                 rms_norm_tangent_p, rms_norm_through_fp8_input_fwd_shard_p)
 
 _forward_call = jax.ffi.ffi_lowering(ffi_targets.FORWARD_TARGET)
-_residual_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FORWARD_TARGET)
 _fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.FP8_FORWARD_TARGET)
-_residual_fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.RESIDUAL_FP8_FORWARD_TARGET)
-_scaled_fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.SCALED_FP8_FORWARD_TARGET)
-_residual_scaled_fp8_forward_call = jax.ffi.ffi_lowering(
-    ffi_targets.RESIDUAL_SCALED_FP8_FORWARD_TARGET)
 _backward_call = jax.ffi.ffi_lowering(ffi_targets.BACKWARD_TARGET)
 _from_fp8_forward_call = jax.ffi.ffi_lowering(ffi_targets.FROM_FP8_FORWARD_TARGET)
 _from_fp8_backward_call = jax.ffi.ffi_lowering(ffi_targets.FROM_FP8_BACKWARD_TARGET)
@@ -65,22 +62,20 @@ def _from_fp8_backward_scratch(avals_in):
     return ffi_targets.cuda_from_fp8_backward_scratch(values.shape, weight.shape)
 
 
-def _by_residual(call, residual_call):
-    """The rule of a forward that has a variant with a residual operand: its
-    own call, or bound with ``residual=True`` the residual variant's. (The
-    call takes y's dtype, ``out_dtype``, from the result's type.)"""
-    rules = {False: _with_float64_eps(call), True: _with_float64_eps(residual_call)}
-
+def _with_variant(call, **variants):
+    """The rule of a forward with variants: the primitive's ``residual``
+    (and the target's other `variants`) passed as bool attributes. (The call
+    takes y's dtype, ``out_dtype``, from the result's type.)"""
     def lowering(ctx, *operands, eps, residual=False, out_dtype=None):
         del out_dtype
-        return rules[residual](ctx, *operands, eps=eps)
+        return call(ctx, *operands, eps=np.float64(eps), residual=residual, **variants)
     return lowering
 
 
 #: The lowering rules of the forward and backward custom calls, per platform:
 #: the same forward on both (it has no scratch), the CUDA backward with its
 #: scratch.
-_FORWARD_RULE = _by_residual(_forward_call, _residual_forward_call)
+_FORWARD_RULE = _with_variant(_forward_call)
 FORWARD_RULES = {"cpu": _FORWARD_RULE, "cuda": _FORWARD_RULE}
 BACKWARD_RULES = {
     "cpu": _with_float64_eps(_backward_call),
@@ -137,10 +132,9 @@ for _platform in ("cpu", "cuda"):
         platform=_platform)
 # The quantised forward has no scratch, and no Pallas kernels (quantised.py
 # quantises the Pallas kernels' y in jnp instead).
-mlir.register_lowering(rms_norm_fp8_fwd_shard_p,
-                       _by_residual(_fp8_forward_call, _residual_fp8_forward_call))
+mlir.register_lowering(rms_norm_fp8_fwd_shard_p, _with_variant(_fp8_forward_call, scaled=False))
 mlir.register_lowering(rms_norm_fp8_scaled_fwd_shard_p,
-                       _by_residual(_scaled_fp8_forward_call, _residual_scaled_fp8_forward_call))
+                       _with_variant(_fp8_forward_call, scaled=True))
 # The norm of a float8 input: the FFI kernels only (the other routes
 # dequantise in jnp, from_fp8.py); the CUDA backward has scratch.
 mlir.register_lowering(rms_norm_from_fp8_fwd_shard_p, _with_float64_eps(_from_fp8_forward_call))

@@ -68,7 +68,7 @@ def _with_cuda_scratch(results, scratch):
 
 
 def _forward_call(results, x, w, eps=np.float64(1e-5)):
-    return jax.ffi.ffi_call(ffi_targets.FORWARD_TARGET, results)(x, w, eps=eps)
+    return jax.ffi.ffi_call(ffi_targets.FORWARD_TARGET, results)(x, w, eps=eps, residual=False)
 
 
 def _backward_results(x_shape, x_dtype, w_shape, w_dtype):
@@ -100,16 +100,46 @@ def test_forward_handler_rejects_eps_of_the_wrong_type():
         jax.block_until_ready(_forward_call(results, X, W, eps=np.float32(1e-5)))
 
 
-@pytest.mark.parametrize("residual,sum_spec,message", [
+@pytest.mark.parametrize("added,sum_spec,message", [
     (X[:, :4], _spec((4, 8), jnp.float32), "residual has shape"),
     (X.astype(jnp.float16), _spec((4, 8), jnp.float32), "residual has dtype"),
     (X, _spec((4, 8), jnp.float16), r"x \+ residual has dtype"),
 ])
-def test_residual_forward_handler_rejects_mismatched_buffers(residual, sum_spec, message):
+def test_residual_forward_handler_rejects_mismatched_buffers(added, sum_spec, message):
     results = [_spec((4, 8), jnp.float32), _spec((4,), jnp.float32), sum_spec]
-    call = jax.ffi.ffi_call(ffi_targets.RESIDUAL_FORWARD_TARGET, results)
+    call = jax.ffi.ffi_call(ffi_targets.FORWARD_TARGET, results)
     with pytest.raises(Exception, match=message):
-        jax.block_until_ready(call(X, W, residual, eps=np.float64(1e-5)))
+        jax.block_until_ready(call(X, W, added, eps=np.float64(1e-5), residual=True))
+
+
+FORWARD_RESULTS = [_spec((4, 8), jnp.float32), _spec((4,), jnp.float32)]
+
+
+# A variant's attribute and its buffers must agree: the handler takes the
+# buffers after the target's own only where the attributes name them.
+@pytest.mark.parametrize("residual,operands,results,message", [
+    (True, (X, W), FORWARD_RESULTS, r"residual=true\) take 1 more operand.*got 0 and 0"),
+    (True, (X, W, X), FORWARD_RESULTS, r"take 1 more operand\(s\) and 1 more result.*got 1 and 0"),
+    (False, (X, W, X), [*FORWARD_RESULTS, _spec((4, 8), jnp.float32)],
+     r"residual=false\) take 0 more operand.*got 1 and 1"),
+], ids=["no residual", "no sum", "a residual unasked"])
+def test_forward_handler_checks_the_buffers_against_the_variant(residual, operands, results,
+                                                                 message):
+    call = jax.ffi.ffi_call(ffi_targets.FORWARD_TARGET, results)
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(call(*operands, eps=np.float64(1e-5), residual=residual))
+
+
+# (Not np.int32(1): JAX caches an eager call by its attributes, and
+# np.int32(1) == True, so that call could run another test's executable.)
+@pytest.mark.parametrize("attributes,message", [
+    ({}, "Wrong number of attributes: expected 2 but got 1"),
+    ({"residual": np.int32(2)}, "Wrong scalar data type: expected PRED but got S32"),
+], ids=["missing", "of the wrong type"])
+def test_forward_handler_needs_its_variant_attribute(attributes, message):
+    call = jax.ffi.ffi_call(ffi_targets.FORWARD_TARGET, FORWARD_RESULTS)
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(call(X, W, eps=np.float64(1e-5), **attributes))
 
 
 X128, W128 = jnp.ones((4, 128), jnp.float32), jnp.ones(128, jnp.float32)
@@ -126,15 +156,16 @@ X128, W128 = jnp.ones((4, 128), jnp.float32), jnp.ones(128, jnp.float32)
 def test_quantised_forward_handler_rejects_mismatched_buffers(results, args, message):
     call = jax.ffi.ffi_call(ffi_targets.FP8_FORWARD_TARGET, results)
     with pytest.raises(Exception, match=message):
-        jax.block_until_ready(call(*args, eps=np.float64(1e-5)))
+        jax.block_until_ready(call(*args, eps=np.float64(1e-5), residual=False, scaled=False))
 
 
 def test_residual_quantised_forward_handler_checks_the_sum():
     results = [_spec((4, 128), jnp.float8_e4m3fn), _spec((4,), jnp.float32),
                _spec((4, 1), jnp.float32), _spec((4, 128), jnp.bfloat16)]
-    call = jax.ffi.ffi_call(ffi_targets.RESIDUAL_FP8_FORWARD_TARGET, results)
+    call = jax.ffi.ffi_call(ffi_targets.FP8_FORWARD_TARGET, results)
     with pytest.raises(Exception, match=r"x \+ residual has dtype bfloat16"):
-        jax.block_until_ready(call(X128, W128, X128, eps=np.float64(1e-5)))
+        jax.block_until_ready(call(X128, W128, X128, eps=np.float64(1e-5), residual=True,
+                                   scaled=False))
 
 
 QUANTISED_RESULTS = [_spec((4, 128), jnp.float8_e4m3fn), _spec((4,), jnp.float32),
@@ -147,13 +178,19 @@ QUANTISED_RESULTS = [_spec((4, 128), jnp.float8_e4m3fn), _spec((4,), jnp.float32
 ], ids=["shape", "dtype"])
 @pytest.mark.parametrize("residual", [False, True], ids=["alone", "with a residual"])
 def test_scaled_quantised_forward_handlers_check_the_row_scales(row_scales, message, residual):
-    target = (ffi_targets.RESIDUAL_SCALED_FP8_FORWARD_TARGET if residual
-              else ffi_targets.SCALED_FP8_FORWARD_TARGET)
     results = [*QUANTISED_RESULTS, *([_spec((4, 128), jnp.float32)] if residual else [])]
-    call = jax.ffi.ffi_call(target, results)
+    call = jax.ffi.ffi_call(ffi_targets.FP8_FORWARD_TARGET, results)
     operands = (X128, W128, *((X128,) if residual else ()), row_scales)
     with pytest.raises(Exception, match=message):
-        jax.block_until_ready(call(*operands, eps=np.float64(1e-5)))
+        jax.block_until_ready(call(*operands, eps=np.float64(1e-5), residual=residual,
+                                   scaled=True))
+
+
+def test_scaled_quantised_forward_handler_needs_the_row_scales():
+    call = jax.ffi.ffi_call(ffi_targets.FP8_FORWARD_TARGET, QUANTISED_RESULTS)
+    with pytest.raises(Exception, match=r"residual=false, scaled=true\) take 1 more operand"):
+        jax.block_until_ready(call(X128, W128, eps=np.float64(1e-5), residual=False,
+                                   scaled=True))
 
 
 @pytest.mark.parametrize("bad", ["dy_dtype", "inv_shape", "dweight_shape"])

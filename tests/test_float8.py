@@ -164,9 +164,8 @@ def test_export_with_a_symbolic_batch(scaled, implementation):
     from jax import export
 
     (batch,) = export.symbolic_shape("b")
-    target = "gpu_ops_rms_norm_fp8_scaled_fwd" if scaled else "gpu_ops_rms_norm_fp8_fwd"
     checks = [export.DisabledSafetyCheck.custom_call(name)
-              for name in ("gpu_ops_rms_norm_fwd", target)]
+              for name in ("gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_fp8_fwd")]
 
     def fp8(x, weight, scale):
         return gpu_ops.rms_norm_fp8(x, weight, scale=scale)
@@ -198,9 +197,11 @@ def test_one_custom_call_normalises_and_quantises(platform, scaled, implementati
     if implementation == "hijax":  # the HiJAX primitive's y, quantised by XLA
         assert "@gpu_ops_rms_norm_fwd(" in call and "f8E4M3FN" in text
         return
-    # with a given scale, its column of rows is an operand of its own target
-    target, row_scales = ("fp8_scaled", ", tensor<4xf32>") if scaled else ("fp8", "")
-    assert f"@gpu_ops_rms_norm_{target}_fwd(" in call
+    # with a given scale, its column of rows is one more operand, and the
+    # attribute scaled says so
+    row_scales = ", tensor<4xf32>" if scaled else ""
+    assert "@gpu_ops_rms_norm_fp8_fwd(" in call
+    assert "residual = false" in call and f"scaled = {str(scaled).lower()}" in call
     assert (f"(tensor<4x256xbf16>, tensor<256xbf16>{row_scales}) -> "
             f"(tensor<4x256xf8E4M3FN>, tensor<4xf32>, tensor<4x2xf32>)") in call
 
@@ -295,7 +296,7 @@ def test_with_a_residual_one_custom_call_adds_normalises_and_quantises(implement
     text = jax.jit(lambda *a: gpu_ops.rms_norm_fp8(a[0], a[1], residual=a[2])).trace(
         x, weight, residual).lower(lowering_platforms=("cuda",)).as_text()
     (call,) = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
-    assert "@gpu_ops_rms_norm_residual_fp8_fwd" in call
+    assert "@gpu_ops_rms_norm_fp8_fwd(" in call and "residual = true" in call
     assert "stablehlo.add" not in text
 
 

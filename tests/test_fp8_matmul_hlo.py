@@ -23,11 +23,11 @@ def test_on_a_cpu_the_matmul_is_a_plain_dot(tmp_path):
     _tool().main(["--out", str(out), "--rows", "64", "--d-model", "256", "--d-out", "32"])
     record = json.loads(out.read_text())
     assert record["device"] == "cpu" and record["shape"]["d_model"] == 256
-    assert "gpu_ops_rms_norm_fp8_scaled_fwd" in record["custom_call_targets"]
+    assert "gpu_ops_rms_norm_fp8_fwd" in record["custom_call_targets"]
     assert record["fp8_matmul"] is False
     assert any("dot(" in line for line in record["matmul_lines"])
     through = record["through_fp8"]  # the training step's route
-    assert "gpu_ops_rms_norm_fp8_scaled_fwd" in through["custom_call_targets"]
+    assert "gpu_ops_rms_norm_fp8_fwd" in through["custom_call_targets"]
     assert through["fp8_matmul"] is False
     assert any("dot(" in line for line in through["matmul_lines"])
 
@@ -37,11 +37,11 @@ def test_a_float8_matmul_call_is_recognised():
            'f8e4m3fn[4096,2048]{1,0} %p0, f8e4m3fn[2048,2048]{1,0} %p1, f32[] %s0, f32[] %s1), '
            'custom_call_target="__cublas$lt$matmul$f8"\n'
            '%custom-call.2 = f8e4m3fn[4096,2048]{1,0} custom-call(bf16[4096,2048]{1,0} %x), '
-           'custom_call_target="gpu_ops_rms_norm_fp8_scaled_fwd"\n')
+           'custom_call_target="gpu_ops_rms_norm_fp8_fwd"\n')
     summary = _tool().summary(hlo)
     assert summary["fp8_matmul"] is True
     assert summary["custom_call_targets"] == ["__cublas$lt$matmul$f8",
-                                              "gpu_ops_rms_norm_fp8_scaled_fwd"]
+                                              "gpu_ops_rms_norm_fp8_fwd"]
     assert len(summary["matmul_lines"]) == 1
 
 

@@ -24,6 +24,8 @@ RESULTS = REPOSITORY / "results" / "gpu"
 EVIDENCE = {
     "kernels": (("gpu_ops/csrc/kernels", "gpu_ops/csrc/plan"),
                 ("sweep", "sweep (plans without clusters)", "property test", "compute-sanitizer")),
+    # the FFI handlers: they decode every call and choose what the kernels get
+    "handlers": (("gpu_ops/csrc/ffi",), ("sweep", "tests", "compute-sanitizer")),
     "template": (("template/csrc",), ("template", "template compute-sanitizer")),
     # the recipes' handlers (git reads the patterns at any depth under recipes/)
     "recipes": (("recipes/*.cu", "recipes/*.cc", "recipes/*.h"),

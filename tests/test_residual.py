@@ -102,7 +102,7 @@ def test_one_custom_call_adds_and_normalises(platform, implementation):
     if implementation == "hijax":  # XLA adds, the HiJAX primitive normalises the sum
         assert "@gpu_ops_rms_norm_fwd(" in call and re.search(r"stablehlo\.add", text)
         return
-    assert "@gpu_ops_rms_norm_residual_fwd" in call
+    assert "@gpu_ops_rms_norm_fwd(" in call and "residual = true" in call
     assert ("(tensor<4x8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>) -> (tensor<4x8xbf16>, "
             "tensor<4xf32>, tensor<4x8xbf16>)") in call
     assert not re.search(r"stablehlo\.add", text)  # the sum is the kernel's
@@ -121,7 +121,7 @@ def test_export_with_a_symbolic_batch(implementation):
         return jax.value_and_grad(loss, argnums=(0, 1, 2))(x, weight, residual)
 
     checks = [export.DisabledSafetyCheck.custom_call(name) for name in (
-        "gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_residual_fwd", "gpu_ops_rms_norm_bwd")]
+        "gpu_ops_rms_norm_fwd", "gpu_ops_rms_norm_bwd")]
     export_it = export.export(jax.jit(loss_and_grads), platforms=["cpu", "cuda"],
                               disabled_checks=checks)
     row = jax.ShapeDtypeStruct((batch, 32), jnp.float32)

@@ -6,6 +6,7 @@
 
 #include "ffi/rms_norm_checks.h"
 #include "ffi/rms_norm_handlers.h"
+#include "ffi/variant_buffers.h"
 #include "kernels/call_buffers.h"
 #include "kernels/cpu_half_types.h"
 #include "kernels/dtype_dispatch.h"
@@ -39,67 +40,36 @@ ffi::Error ForwardOnRows(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
   });
 }
 
-// The forward, with a residual add where b has one.
-ffi::Error ForwardOnCpu(const ResidualForwardBuffers& b, double eps) {
+// The forward, with a residual add where the call's attribute `residual`
+// says so (then `added` holds the residual, `added_results` x + residual).
+ffi::Error ForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::RemainingArgs added,
+                      ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> inv_rms,
+                      ffi::RemainingRets added_results, double eps, bool residual) {
+  auto variants = TakeVariants(added, added_results, residual, /*scaled=*/false);
+  if (variants.has_error()) return variants.error();
+  const ResidualForwardBuffers b{x, w, *y, *inv_rms, variants->Residual(), variants->Sum()};
   RowGeometry g;
   if (auto err = CheckForward(b, eps, &g); err.failure()) return err;
   return ForwardOnRows(b.x, b.w, b.inv_rms, g, eps, NormalisedRows{b.y, b.x.element_type()},
                        b.residual, b.sum);
 }
 
-// The forward quantised to float8, with the variants b has (a residual add,
-// a given scale per row).
-ffi::Error QuantisedForwardOnCpu(const QuantisedForwardBuffers& b, double eps) {
+// The forward quantised to float8, with the variants the call's attributes
+// name (a residual add, a given scale per row).
+ffi::Error QuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::RemainingArgs added,
+                               ffi::Result<ffi::AnyBuffer> values,
+                               ffi::Result<ffi::AnyBuffer> inv_rms,
+                               ffi::Result<ffi::AnyBuffer> scales,
+                               ffi::RemainingRets added_results, double eps, bool residual,
+                               bool scaled) {
+  auto variants = TakeVariants(added, added_results, residual, scaled);
+  if (variants.has_error()) return variants.error();
+  const QuantisedForwardBuffers b{x, w, *values, *inv_rms, *scales, variants->Residual(),
+                                  variants->Sum(), variants->RowScales()};
   RowGeometry g;
   if (auto err = CheckQuantisedForward(b, eps, &g); err.failure()) return err;
   return ForwardOnRows(b.x, b.w, b.inv_rms, g, eps,
                        QuantisedRows{b.values, b.scales, b.row_scales}, b.residual, b.sum);
-}
-
-ffi::Error ForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> y,
-                      ffi::Result<ffi::AnyBuffer> inv_rms, double eps) {
-  return ForwardOnCpu({x, w, *y, *inv_rms}, eps);
-}
-
-ffi::Error ResidualForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer residual,
-                              ffi::Result<ffi::AnyBuffer> y,
-                              ffi::Result<ffi::AnyBuffer> inv_rms,
-                              ffi::Result<ffi::AnyBuffer> sum, double eps) {
-  return ForwardOnCpu({x, w, *y, *inv_rms, &residual, &*sum}, eps);
-}
-
-ffi::Error QuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
-                               ffi::Result<ffi::AnyBuffer> values,
-                               ffi::Result<ffi::AnyBuffer> inv_rms,
-                               ffi::Result<ffi::AnyBuffer> scales, double eps) {
-  return QuantisedForwardOnCpu({x, w, *values, *inv_rms, *scales}, eps);
-}
-
-ffi::Error ResidualQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
-                                       ffi::AnyBuffer residual,
-                                       ffi::Result<ffi::AnyBuffer> values,
-                                       ffi::Result<ffi::AnyBuffer> inv_rms,
-                                       ffi::Result<ffi::AnyBuffer> scales,
-                                       ffi::Result<ffi::AnyBuffer> sum, double eps) {
-  return QuantisedForwardOnCpu({x, w, *values, *inv_rms, *scales, &residual, &*sum}, eps);
-}
-
-ffi::Error ScaledQuantisedForwardCpu(ffi::AnyBuffer x, ffi::AnyBuffer w,
-                                     ffi::AnyBuffer row_scales,
-                                     ffi::Result<ffi::AnyBuffer> values,
-                                     ffi::Result<ffi::AnyBuffer> inv_rms,
-                                     ffi::Result<ffi::AnyBuffer> largest, double eps) {
-  return QuantisedForwardOnCpu(
-      {x, w, *values, *inv_rms, *largest, nullptr, nullptr, &row_scales}, eps);
-}
-
-ffi::Error ResidualScaledQuantisedForwardCpu(
-    ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer residual,
-    ffi::AnyBuffer row_scales, ffi::Result<ffi::AnyBuffer> values,
-    ffi::Result<ffi::AnyBuffer> inv_rms, ffi::Result<ffi::AnyBuffer> largest,
-    ffi::Result<ffi::AnyBuffer> sum, double eps) {
-  return QuantisedForwardOnCpu(
-      {x, w, *values, *inv_rms, *largest, &residual, &*sum, &row_scales}, eps);
 }
 
 ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
@@ -137,10 +107,6 @@ ffi::Error BackwardCpu(ffi::AnyBuffer dy, ffi::AnyBuffer inv_rms,
 }  // namespace
 
 GPU_OPS_DEFINE_CPU_HANDLER(Forward);
-GPU_OPS_DEFINE_CPU_HANDLER(ResidualForward);
 GPU_OPS_DEFINE_CPU_HANDLER(QuantisedForward);
-GPU_OPS_DEFINE_CPU_HANDLER(ResidualQuantisedForward);
-GPU_OPS_DEFINE_CPU_HANDLER(ScaledQuantisedForward);
-GPU_OPS_DEFINE_CPU_HANDLER(ResidualScaledQuantisedForward);
 GPU_OPS_DEFINE_CPU_HANDLER(Backward);
 }  // namespace gpu_ops

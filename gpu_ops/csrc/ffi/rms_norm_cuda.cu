@@ -11,6 +11,7 @@
 
 #include "ffi/rms_norm_checks.h"
 #include "ffi/rms_norm_handlers.h"
+#include "ffi/variant_buffers.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/fast_kernels_common.cuh"
 #include "kernels/rms_norm_cuda_kernels.h"
@@ -94,8 +95,15 @@ Problem ProblemOf(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w, RowGeometry 
 }
 
 // [forward-handler]
-// The forward, with a residual add where b has one.
-ffi::Error ForwardOnCuda(cudaStream_t stream, const ResidualForwardBuffers& b, double eps) {
+// The forward, with a residual add where the call's attribute `residual`
+// says so (then `added` holds the residual, `added_results` x + residual).
+ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                       ffi::RemainingArgs added, ffi::Result<ffi::AnyBuffer> y,
+                       ffi::Result<ffi::AnyBuffer> inv_rms, ffi::RemainingRets added_results,
+                       double eps, bool residual) {
+  auto variants = TakeVariants(added, added_results, residual, /*scaled=*/false);
+  if (variants.has_error()) return variants.error();
+  const ResidualForwardBuffers b{x, w, *y, *inv_rms, variants->Residual(), variants->Sum()};
   RowGeometry g;
   if (auto err = CheckForward(b, eps, &g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
@@ -107,20 +115,7 @@ ffi::Error ForwardOnCuda(cudaStream_t stream, const ResidualForwardBuffers& b, d
   return LaunchForward(stream, PlanForward(problem, CurrentGpu(), PathsLeftOutOfPlans()), b,
                        g, eps);
 }
-
-ffi::Error ForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
-                       ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> inv_rms,
-                       double eps) {
-  return ForwardOnCuda(stream, {x, w, *y, *inv_rms}, eps);
-}
 // [forward-handler-end]
-
-ffi::Error ResidualForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
-                               ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> y,
-                               ffi::Result<ffi::AnyBuffer> inv_rms,
-                               ffi::Result<ffi::AnyBuffer> sum, double eps) {
-  return ForwardOnCuda(stream, {x, w, *y, *inv_rms, &residual, &*sum}, eps);
-}
 
 ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
                         ffi::AnyBuffer inv_rms, ffi::AnyBuffer x,
@@ -146,47 +141,24 @@ ffi::Error BackwardCuda(cudaStream_t stream, ffi::AnyBuffer dy,
                         buffers, g);
 }
 
-// The forward quantised to float8, with the variants b has (a residual add,
-// a given scale per row): one kernel for every shape.
-ffi::Error QuantisedForwardOnCuda(cudaStream_t stream, const QuantisedForwardBuffers& b,
-                                  double eps) {
+// The forward quantised to float8, with the variants the call's attributes
+// name (a residual add, a given scale per row): one kernel for every shape.
+// Where the scales per row are given, `scales` receives each group's
+// largest |y|.
+ffi::Error QuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                                ffi::RemainingArgs added, ffi::Result<ffi::AnyBuffer> values,
+                                ffi::Result<ffi::AnyBuffer> inv_rms,
+                                ffi::Result<ffi::AnyBuffer> scales,
+                                ffi::RemainingRets added_results, double eps, bool residual,
+                                bool scaled) {
+  auto variants = TakeVariants(added, added_results, residual, scaled);
+  if (variants.has_error()) return variants.error();
+  const QuantisedForwardBuffers b{x, w, *values, *inv_rms, *scales, variants->Residual(),
+                                  variants->Sum(), variants->RowScales()};
   RowGeometry g;
   if (auto err = CheckQuantisedForward(b, eps, &g); err.failure()) return err;
   if (g.rows == 0) return ffi::Error::Success();
   return QuantisedForward(stream, b, g, eps);
-}
-
-ffi::Error QuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
-                                ffi::Result<ffi::AnyBuffer> values,
-                                ffi::Result<ffi::AnyBuffer> inv_rms,
-                                ffi::Result<ffi::AnyBuffer> scales, double eps) {
-  return QuantisedForwardOnCuda(stream, {x, w, *values, *inv_rms, *scales}, eps);
-}
-
-ffi::Error ResidualQuantisedForwardCuda(
-    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer residual,
-    ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> inv_rms,
-    ffi::Result<ffi::AnyBuffer> scales, ffi::Result<ffi::AnyBuffer> sum, double eps) {
-  return QuantisedForwardOnCuda(
-      stream, {x, w, *values, *inv_rms, *scales, &residual, &*sum}, eps);
-}
-
-ffi::Error ScaledQuantisedForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
-                                      ffi::AnyBuffer w, ffi::AnyBuffer row_scales,
-                                      ffi::Result<ffi::AnyBuffer> values,
-                                      ffi::Result<ffi::AnyBuffer> inv_rms,
-                                      ffi::Result<ffi::AnyBuffer> largest, double eps) {
-  return QuantisedForwardOnCuda(
-      stream, {x, w, *values, *inv_rms, *largest, nullptr, nullptr, &row_scales}, eps);
-}
-
-ffi::Error ResidualScaledQuantisedForwardCuda(
-    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer residual,
-    ffi::AnyBuffer row_scales, ffi::Result<ffi::AnyBuffer> values,
-    ffi::Result<ffi::AnyBuffer> inv_rms, ffi::Result<ffi::AnyBuffer> largest,
-    ffi::Result<ffi::AnyBuffer> sum, double eps) {
-  return QuantisedForwardOnCuda(
-      stream, {x, w, *values, *inv_rms, *largest, &residual, &*sum, &row_scales}, eps);
 }
 
 }  // namespace
@@ -200,10 +172,6 @@ Plan PlanBackwardOnCurrentGpu(const Problem& problem, PathSet without, Refusals*
 }
 
 GPU_OPS_DEFINE_CUDA_HANDLER(Forward);
-GPU_OPS_DEFINE_CUDA_HANDLER(ResidualForward);
 GPU_OPS_DEFINE_CUDA_HANDLER(QuantisedForward);
-GPU_OPS_DEFINE_CUDA_HANDLER(ResidualQuantisedForward);
-GPU_OPS_DEFINE_CUDA_HANDLER(ScaledQuantisedForward);
-GPU_OPS_DEFINE_CUDA_HANDLER(ResidualScaledQuantisedForward);
 GPU_OPS_DEFINE_CUDA_HANDLER(Backward);
 }  // namespace gpu_ops

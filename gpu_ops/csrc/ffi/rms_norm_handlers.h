@@ -1,8 +1,14 @@
 // The XLA FFI handlers that gpu_ops exports, one per platform and direction.
 //
-//   forward:  (x, weight; eps) -> (y, inv_rms)
-//   forward with a residual: (x, weight, residual; eps)
+//   forward:  (x, weight; eps, residual=false) -> (y, inv_rms)
+//   forward with a residual: (x, weight, residual; eps, residual=true)
 //             -> (y, inv_rms, x + residual), y normalising x + residual
+//   forward quantised to float8: (x, weight; eps, residual, scaled)
+//             -> (values, inv_rms, scales): float8_e4m3fn values and a
+//             float32 scale per group of 128; with residual=true the
+//             residual and x + residual as above; with scaled=true a given
+//             float32 scale per row as the last operand, and `scales`
+//             receives each group's largest |y| instead
 //   backward: (dy, inv_rms, x, weight; eps) -> (dx, dweight)
 // The CUDA backward has a scratch result besides (cuda_scratch.h):
 // dweight_partials after its results.
