@@ -21,11 +21,7 @@ def register(library):
     """Register the polynomial handlers of `library` again under a name of
     their own, as batch-partitionable, and return that name."""
     name = f"{library.name}_batch_partitionable"
-    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(library.cpu.PolynomialCpuHandler),
-                                platform="cpu")
-    if library.cuda is not None:
-        jax.ffi.register_ffi_target(
-            name, jax.ffi.pycapsule(library.cuda.PolynomialCudaHandler), platform="CUDA")
+    library.register("PolynomialCpuHandler", "PolynomialCudaHandler", name=name)
     jax.ffi.register_ffi_target_as_batch_partitionable(name)
     return name
 
