@@ -108,13 +108,13 @@ def _routes(wrap):
 FP8 = {"ffi": _by_residual(_from_primitive(False), _from_primitive(True)),
        **_routes(_quantising)}
 SCALED_FP8 = {"ffi": _by_residual(_from_scaled_primitive(False),
-                                         _from_scaled_primitive(True)),
+                                  _from_scaled_primitive(True)),
               **_routes(_quantising_with_scale)}
 THROUGH_FP8 = {"ffi": _by_residual(autodiff.through_fp8, autodiff.residual_through_fp8),
                **_routes(_straight_through)}
 SCALED_THROUGH_FP8 = {
     "ffi": _by_residual(autodiff.scaled_through_fp8,
-                               autodiff.residual_scaled_through_fp8),
+                        autodiff.residual_scaled_through_fp8),
     **_routes(_straight_through_with_scale)}
 
 
