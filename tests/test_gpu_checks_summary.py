@@ -188,6 +188,19 @@ def test_the_templates_and_the_recipes_tests_and_sanitizers_are_checks_of_their_
     assert sanitizer["tools"]["memcheck"] == {"errors": 2, "exit_status": 99}
 
 
+def test_the_templates_own_tests_are_a_check_beside_the_books_tests_of_it(tmp_path):
+    run = _run(tmp_path / "run", "7a8b9c0",
+               template="tests/test_template.py::test_a PASSED [ 50%]\n"
+                        "2 passed in 150.3s (0:02:30)\n",
+               template_own_tests="tests/test_my_ops.py::test_b FAILED [ 4%]\n"
+                                  "FAILED tests/test_my_ops.py::test_b - AssertionError\n"
+                                  "1 failed, 23 passed in 40.1s\n")
+    _, (books, own) = _tool().run_summary(run)
+    assert (books["check"], books["passed"]) == ("template", 2)
+    assert (own["check"], own["passed"], own["failed"]) == ("template's own tests", 23, 1)
+    assert own["failures"] == ["tests/test_my_ops.py::test_b"]
+
+
 def test_a_run_of_some_chapters_is_a_check_of_its_own(tmp_path):
     some = _run(tmp_path / "some", "7a8b9c0", nbval="30 passed in 60.0s\n")
     env = (some / "environment.txt").read_text()

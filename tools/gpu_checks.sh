@@ -171,9 +171,11 @@ fi
 template_status=0
 if [[ $steps == *" template "* ]]; then
   # The template as a reader uses it: a renamed copy built with nvcc and its
-  # own tests, here on this GPU (tests/test_template.py). Then its handlers,
-  # built as its README says, under memcheck and initcheck through its test
-  # of every dtype and shape.
+  # own tests, here on this GPU (tests/test_template.py, whose log counts
+  # the book's tests of the template). Then the template built as its
+  # README says: its own tests, each on a line of their own log, and its
+  # handlers under memcheck and initcheck through its test of every dtype
+  # and shape.
   python3 -m pytest -q -p no:cacheprovider $verbose tests/test_template.py 2>&1 |
     tee "$out/template.log"
   template_status=${PIPESTATUS[0]}
@@ -181,6 +183,9 @@ if [[ $steps == *" template "* ]]; then
   python3 -m pip install -q --no-build-isolation --no-deps --target "$site" \
       -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" ./template ||
     template_status=1
+  (cd template && PYTHONPATH=$site python3 -P -m pytest -q -p no:cacheprovider $verbose tests) \
+      2>&1 | tee "$out/template_own_tests.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || template_status=1
   (cd template && PYTHONPATH=$site sanitize "$out/template_sanitizer.log" my_ops \
      "memcheck initcheck" python3 -P -m pytest -q -p no:cacheprovider tests \
      -k test_forward_and_gradients_are_the_references) || template_status=1

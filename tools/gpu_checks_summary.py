@@ -112,11 +112,12 @@ def kernel_cases(log):
 
 
 # The logs of one pytest run each, and of compute-sanitizer's tools, by the
-# check each records: the chapters, the template and the recipes (each
-# built with nvcc and run on the GPU), and the sanitizers over gpu_ops'
-# kernels, the template's and the recipes'.
+# check each records: the chapters, the template (the book's tests of a
+# renamed copy, and the template's own tests) and the recipes (each built
+# with nvcc and run on the GPU), and the sanitizers over gpu_ops' kernels,
+# the template's and the recipes'.
 PYTEST_LOGS = {"nbval.log": "chapters (nbval)", "template.log": "template",
-               "recipes.log": "recipes"}
+               "template_own_tests.log": "template's own tests", "recipes.log": "recipes"}
 SANITIZER_LOGS = {"compute_sanitizer.log": "compute-sanitizer",
                   "template_sanitizer.log": "template compute-sanitizer",
                   "recipes_sanitizer.log": "recipes compute-sanitizer"}
